@@ -1,0 +1,30 @@
+// Package sipcore owns the SIP listeners of the PBX and the one sipgo user
+// agent, server and clients built on them.
+//
+// It binds every configured listener when constructed (New), so a port that
+// is taken is reported, naming the listener id, before the process signals
+// readiness. Run serves the bound sockets until its context ends; Close
+// releases them.
+//
+// sipcore knows nothing of tenants, configuration documents, storage or
+// HTTP. It offers:
+//
+//   - an admission hook that sees every datagram (UDP) or every read chunk
+//     (TCP) before the SIP parser, so a guard can drop abusive sources;
+//   - handler registration that adds the Server header to every response the
+//     handlers send and answers new INVITEs with 503 while draining;
+//   - an answer to OPTIONS outside a dialog (200 with Allow and Accept);
+//   - per-transport clients whose Via and Contact advertise the external host.
+//
+// Caveats:
+//
+//   - Listeners of transport "tls" and "wss" are refused with an error naming
+//     the listener: SIP over TLS and WebSocket is not wired to the stack.
+//   - sipgo refuses UDP messages larger than sip.UDPMTUSize-200 bytes. New
+//     raises that process-wide variable to UDPMaxMessage so that an INVITE
+//     carrying a full SDP and many headers still fits.
+//   - User-Agent is added to requests built by this module (see
+//     Server.UserAgentHeader). ACK and CANCEL requests that sipgo builds
+//     internally carry no User-Agent.
+//   - Over TCP the admission hook sees read chunks, not whole messages.
+package sipcore

@@ -1,0 +1,86 @@
+package sipcore
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Defaults applied by New.
+const (
+	// DefaultUserAgent is the product token of User-Agent and Server headers.
+	DefaultUserAgent = "pbx"
+	// DefaultBindHost is the bind address of a listener that names none.
+	DefaultBindHost = "0.0.0.0"
+	// DefaultPort is the bind port of a udp or tcp listener that names none
+	// and is not explicitly ephemeral.
+	DefaultPort = 5060
+	// UDPMaxMessage is the largest SIP message sent over UDP. sipgo refuses
+	// messages above sip.UDPMTUSize-200; New raises sip.UDPMTUSize so that
+	// this many bytes fit.
+	UDPMaxMessage = 8000
+)
+
+// Transport names a listener's protocol as written in the configuration.
+const (
+	TransportUDP = "udp"
+	TransportTCP = "tcp"
+	TransportTLS = "tls"
+	TransportWSS = "wss"
+)
+
+// Listener is one SIP socket.
+type Listener struct {
+	ID        string // unique name, used in errors and to pin legs to a socket
+	Transport string // "udp", "tcp"; "tls" and "wss" are refused
+	BindHost  string // empty means DefaultBindHost
+	BindPort  int    // 0 binds an ephemeral port; read it back with Server.Addr
+}
+
+// Admitter decides whether a packet from src reaches the SIP stack. It is
+// called for every UDP datagram and every TCP read chunk before parsing, on
+// the socket's read goroutine: it must be quick and must not block. Returning
+// false drops the packet silently.
+type Admitter func(src netip.AddrPort, transport string, packet []byte) bool
+
+// Options configures a Server.
+type Options struct {
+	// Listeners to bind. At least one is required.
+	Listeners []Listener
+
+	// UserAgent is the product token put in User-Agent on requests and in
+	// Server on responses. nil means DefaultUserAgent; a pointer to "" removes
+	// both headers.
+	UserAgent *string
+
+	// ContactUser is the user part of the PBX's Contact. Empty means the
+	// user agent token.
+	ContactUser string
+
+	// ExternalHost is the host advertised in Via and Contact (and usable for
+	// SDP) behind NAT. Empty means the bind host, or when that is a wildcard
+	// address, the first non-loopback interface address (loopback as last
+	// resort).
+	ExternalHost string
+
+	// Admit, when set, sees every packet before the SIP stack.
+	Admit Admitter
+}
+
+// StringPtr returns a pointer to s; handy for Options.UserAgent.
+func StringPtr(s string) *string { return &s }
+
+func (o Options) userAgent() string {
+	if o.UserAgent == nil {
+		return DefaultUserAgent
+	}
+	return *o.UserAgent
+}
+
+func (o Options) contactUser() string {
+	if o.ContactUser != "" {
+		return o.ContactUser
+	}
+	return o.userAgent()
+}
+
+func normalTransport(t string) string { return strings.ToLower(strings.TrimSpace(t)) }

@@ -1,0 +1,382 @@
+package registrar
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+// Account is what the Directory knows about a SIP user.
+type Account struct {
+	Tenant      string // opaque tenant id
+	Username    string
+	Password    string
+	Extension   string
+	DisplayName string
+	MaxContacts int // 0 means Options.DefaultMaxContacts
+}
+
+// LogValue keeps the password out of logs.
+func (a Account) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("tenant", a.Tenant),
+		slog.String("username", a.Username),
+		slog.String("extension", a.Extension),
+		slog.String("password", "[redacted]"),
+	)
+}
+
+// Directory resolves credentials. Implementations must be safe for concurrent
+// use and quick (they run on the SIP handler path).
+type Directory interface {
+	// ServesDomain reports whether domain is a SIP domain of some tenant.
+	ServesDomain(domain string) bool
+	// Account returns the account username in domain.
+	Account(domain, username string) (Account, bool)
+}
+
+// Defaults of AuthOptions.
+const (
+	DefaultNonceTTL = 5 * time.Minute
+)
+
+// AuthOptions configures Auth.
+type AuthOptions struct {
+	// NonceTTL is how long a nonce is accepted; later the client gets a
+	// stale=true challenge. Default DefaultNonceTTL.
+	NonceTTL time.Duration
+	// Secret keys the nonce MAC. Empty means 32 random bytes (nonces do not
+	// survive a restart, which only costs clients one more challenge).
+	Secret []byte
+	// MD5Only leaves out the second, SHA-256 challenge.
+	MD5Only bool
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Outcome of checking a request's credentials.
+type Outcome int
+
+const (
+	// Challenged: no usable credentials (none, another realm, unknown or
+	// expired nonce); answer with a challenge.
+	Challenged Outcome = iota
+	// Authorized: the credentials are valid; Result.Account is set.
+	Authorized
+	// Rejected: credentials were presented and are wrong (or name no
+	// account); answer 403. This is an authentication failure.
+	Rejected
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Authorized:
+		return "authorized"
+	case Rejected:
+		return "rejected"
+	}
+	return "challenged"
+}
+
+// Result of Auth.Check.
+type Result struct {
+	Outcome  Outcome
+	Account  Account // set when Authorized
+	Username string  // the username the client claimed, if any
+	Stale    bool    // challenge with stale=true
+}
+
+// Auth issues digest challenges and verifies credentials for REGISTER
+// (401/WWW-Authenticate/Authorization) and INVITE and others
+// (407/Proxy-Authenticate/Proxy-Authorization).
+type Auth struct {
+	dir    Directory
+	ttl    time.Duration
+	secret []byte
+	md5    bool
+	now    func() time.Time
+
+	seed   maphash.Seed
+	shards [ncShards]ncShard
+}
+
+const ncShards = 32
+
+type ncShard struct {
+	mu      sync.Mutex
+	m       map[string]ncEntry
+	inserts int
+}
+
+type ncEntry struct {
+	nc      uint32
+	expires time.Time
+}
+
+// dummyPassword is hashed for unknown users so that a wrong password and an
+// unknown user cost the same.
+const dummyPassword = "\x00unknown-account\x00"
+
+// NewAuth returns an Auth resolving accounts through dir.
+func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
+	if dir == nil {
+		return nil, fmt.Errorf("%w: nil directory", ErrInvalidOptions)
+	}
+	a := &Auth{dir: dir, ttl: opts.NonceTTL, secret: opts.Secret, md5: opts.MD5Only, now: opts.Now, seed: maphash.MakeSeed()}
+	if a.ttl <= 0 {
+		a.ttl = DefaultNonceTTL
+	}
+	if len(a.secret) == 0 {
+		a.secret = make([]byte, 32)
+		if _, err := rand.Read(a.secret); err != nil {
+			return nil, fmt.Errorf("nonce secret: %w", err)
+		}
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	for i := range a.shards {
+		a.shards[i].m = make(map[string]ncEntry)
+	}
+	return a, nil
+}
+
+// Directory returns the directory the Auth resolves accounts with.
+func (a *Auth) Directory() Directory { return a.dir }
+
+// nonce layout before base64url: 8 bytes unix seconds, 8 random, 16 MAC.
+const nonceRaw = 32
+
+func (a *Auth) newNonce(realm string) string {
+	var b [nonceRaw]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(a.now().Unix()))
+	_, _ = rand.Read(b[8:16])
+	a.mac(b[:16], realm, b[16:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func (a *Auth) mac(prefix []byte, realm string, out []byte) {
+	m := hmac.New(sha256.New, a.secret)
+	m.Write(prefix)
+	m.Write([]byte(strings.ToLower(realm)))
+	var sum [32]byte
+	copy(out, m.Sum(sum[:0])[:16])
+}
+
+// checkNonce reports whether nonce was issued by this Auth for realm, and
+// when it expires.
+func (a *Auth) checkNonce(nonce, realm string) (valid bool, expires time.Time) {
+	if len(nonce) != base64.RawURLEncoding.EncodedLen(nonceRaw) {
+		return false, time.Time{}
+	}
+	var b [nonceRaw]byte
+	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(nonce)); err != nil || n != nonceRaw {
+		return false, time.Time{}
+	}
+	var want [16]byte
+	a.mac(b[:16], realm, want[:])
+	if !hmac.Equal(want[:], b[16:]) {
+		return false, time.Time{}
+	}
+	issued := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0)
+	return true, issued.Add(a.ttl)
+}
+
+// Check verifies the credentials of req for realm. proxy selects
+// Proxy-Authorization (INVITE and other requests) instead of Authorization
+// (REGISTER).
+func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
+	name := "Authorization"
+	if proxy {
+		name = "Proxy-Authorization"
+	}
+	hdrs := req.GetHeaders(name)
+	if len(hdrs) == 0 {
+		return Result{Outcome: Challenged}
+	}
+	var cred Credentials
+	var err error
+	found := false
+	for _, h := range hdrs {
+		c, perr := ParseCredentials(h.Value())
+		if perr != nil {
+			err = perr
+			continue
+		}
+		if strings.EqualFold(c.Realm, realm) {
+			cred, found = c, true
+			break
+		}
+	}
+	if !found {
+		if err != nil {
+			return Result{Outcome: Rejected}
+		}
+		// Credentials for another realm: offer ours.
+		return Result{Outcome: Challenged}
+	}
+	res := Result{Username: cred.Username}
+	valid, expires := a.checkNonce(cred.Nonce, realm)
+	if !valid {
+		res.Outcome = Challenged
+		return res
+	}
+	now := a.now()
+	if !now.Before(expires) {
+		res.Outcome, res.Stale = Challenged, true
+		return res
+	}
+	alg := strings.ToUpper(cred.Algorithm)
+	if alg == "" {
+		alg = AlgMD5
+	}
+	if (alg != AlgMD5 && alg != AlgSHA256) || (alg == AlgSHA256 && a.md5) {
+		res.Outcome = Rejected
+		return res
+	}
+	qop := strings.ToLower(cred.QOP)
+	if qop != "" && qop != "auth" {
+		res.Outcome = Rejected
+		return res
+	}
+	if qop == "auth" && (!cred.hasNC || cred.Cnonce == "") {
+		res.Outcome = Rejected
+		return res
+	}
+	uriOK := URIMatches(cred.URI, req.Recipient)
+
+	acct, ok := a.dir.Account(strings.ToLower(realm), cred.Username)
+	password := acct.Password
+	if !ok {
+		password = dummyPassword
+	}
+	want, _ := DigestResponse(alg, cred.Username, cred.Realm, password, req.Method.String(), cred.URI, cred.Nonce, qop, cred.NC, cred.Cnonce)
+	got := strings.ToLower(cred.Response)
+	match := subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+	if !ok || !match || !uriOK {
+		res.Outcome = Rejected
+		return res
+	}
+	if !a.useNonce(cred.Nonce, qop != "", cred.NC, expires, now) {
+		// Replayed nc: make the client start over with a fresh nonce.
+		res.Outcome, res.Stale = Challenged, true
+		return res
+	}
+	res.Outcome = Authorized
+	res.Account = acct
+	return res
+}
+
+// useNonce records the nonce count; it fails for a count not above the last
+// one seen (a replay). Without qop a nonce is single use.
+func (a *Auth) useNonce(nonce string, hasQOP bool, nc uint32, expires, now time.Time) bool {
+	if !hasQOP {
+		nc = 1
+	}
+	sh := &a.shards[maphash.String(a.seed, nonce)%ncShards]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e, ok := sh.m[nonce]; ok && now.Before(e.expires) && nc <= e.nc {
+		return false
+	}
+	sh.m[nonce] = ncEntry{nc: nc, expires: expires}
+	sh.inserts++
+	if sh.inserts >= 1024 {
+		sh.inserts = 0
+		for k, e := range sh.m {
+			if !now.Before(e.expires) {
+				delete(sh.m, k)
+			}
+		}
+	}
+	return true
+}
+
+// URIMatches reports whether the digest uri names the request's
+// Request-URI: the same text, or the same scheme, user, host and port.
+func URIMatches(digestURI string, reqURI sip.Uri) bool {
+	if digestURI == reqURI.String() {
+		return true
+	}
+	var u sip.Uri
+	if err := sip.ParseUri(digestURI, &u); err != nil {
+		return false
+	}
+	port := func(p int) int {
+		if p == 0 {
+			return 5060
+		}
+		return p
+	}
+	return strings.EqualFold(u.Scheme, reqURI.Scheme) && u.User == reqURI.User &&
+		strings.EqualFold(u.Host, reqURI.Host) && port(u.Port) == port(reqURI.Port)
+}
+
+// challengeValue formats one challenge header value.
+func challengeValue(realm, nonce, alg string, stale bool) string {
+	var b strings.Builder
+	b.Grow(128)
+	b.WriteString(`Digest realm="`)
+	b.WriteString(quoteEscape(realm))
+	b.WriteString(`", nonce="`)
+	b.WriteString(nonce)
+	b.WriteString(`", algorithm=`)
+	b.WriteString(alg)
+	b.WriteString(`, qop="auth"`)
+	if stale {
+		b.WriteString(`, stale=true`)
+	}
+	return b.String()
+}
+
+func quoteEscape(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return s
+	}
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+	return r.Replace(s)
+}
+
+// Response builds the answer for a result that is not Authorized: a 401 or
+// 407 challenge (MD5 first, SHA-256 second), or 403 for Rejected. The
+// answers for an unknown user, an unknown domain and a wrong password are
+// identical apart from nonce and tags.
+func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) *sip.Response {
+	if res.Outcome == Rejected {
+		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+	}
+	code, reason, hname := sip.StatusUnauthorized, "Unauthorized", "WWW-Authenticate"
+	if proxy {
+		code, reason, hname = sip.StatusProxyAuthRequired, "Proxy Authentication Required", "Proxy-Authenticate"
+	}
+	r := sip.NewResponseFromRequest(req, code, reason, nil)
+	nonce := a.newNonce(realm)
+	r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, AlgMD5, res.Stale)))
+	if !a.md5 {
+		r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, AlgSHA256, res.Stale)))
+	}
+	return r
+}
+
+// NonceCount returns how many nonces are tracked for nc replay (for tests
+// and metrics).
+func (a *Auth) NonceCount() int {
+	n := 0
+	for i := range a.shards {
+		a.shards[i].mu.Lock()
+		n += len(a.shards[i].m)
+		a.shards[i].mu.Unlock()
+	}
+	return n
+}

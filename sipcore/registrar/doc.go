@@ -1,0 +1,37 @@
+// Package registrar answers REGISTER with digest authentication and keeps the
+// location bindings (who is reachable where).
+//
+// Authentication is shared with INVITE: Auth challenges with MD5 and qop=auth
+// first and SHA-256 in a second header after it (many desk phones take the
+// first challenge and speak only MD5), verifies the digest uri against the
+// Request-URI, compares in constant time and refuses a replayed nc. An
+// unknown user, an unknown domain and a wrong password are answered with
+// byte-identical messages (modulo the nonce and tags) after the same amount
+// of hashing, so the answers do not reveal which accounts exist.
+//
+// Nonces are stateless: a timestamp, random bytes and an HMAC under a
+// process secret. Memory is spent only on nonces that authenticated a
+// request (to track nc), so an unauthenticated flood cannot grow state.
+//
+// Bindings: several contacts per account up to its maxContacts (default 5).
+// When a new contact would exceed the limit the binding that expires soonest
+// is replaced, as Asterisk does with remove_existing=yes (a rebooted phone
+// that registers from a new port must not lock itself out); set
+// Options.RejectWhenFull to answer 403 instead, as Asterisk does without
+// remove_existing. A contact carrying +sip.instance replaces the binding
+// with the same instance (RFC 5626). Expiry is clamped to MaxExpires and
+// refused below MinExpires with 423 Interval Too Brief.
+//
+// Each binding keeps the packet source, transport and local listener address
+// of the REGISTER so calls can be sent to the Contact unless it reveals NAT,
+// and over TCP through the registering connection while it is open (see
+// Binding.Target).
+//
+// Persistence: a Store (implemented by package db) receives changed and
+// removed bindings in batches from a write-behind loop (Run), never on the
+// REGISTER path, and restores them at New (expired ones dropped). Close
+// flushes what is pending.
+//
+// The registrar knows tenants only as opaque ids handed out by the
+// Directory.
+package registrar

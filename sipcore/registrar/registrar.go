@@ -1,0 +1,689 @@
+package registrar
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+// Defaults of Options.
+const (
+	DefaultMinExpires     = 60 * time.Second
+	DefaultMaxExpires     = 3600 * time.Second
+	DefaultExpires        = 3600 * time.Second
+	DefaultMaxContacts    = 5
+	DefaultFlushInterval  = time.Second
+	DefaultSweepInterval  = 10 * time.Second
+	maxContactsPerRequest = 32
+)
+
+// Store persists bindings. SaveBindings receives the bindings that changed
+// and the keys (Binding.Key) of those removed since the last call; it runs on
+// the registrar's write-behind loop, never on the REGISTER path.
+type Store interface {
+	LoadBindings() ([]Binding, error)
+	SaveBindings(put []Binding, remove []string) error
+}
+
+// Options configures a Registrar.
+type Options struct {
+	Auth *Auth // required
+
+	MinExpires     time.Duration // below: 423 Interval Too Brief; default 60s
+	MaxExpires     time.Duration // above: clamped; default 3600s
+	DefaultExpires time.Duration // when the request names none; default 3600s
+
+	DefaultMaxContacts int  // for accounts with MaxContacts 0; default 5
+	RejectWhenFull     bool // 403 instead of replacing the binding expiring soonest
+
+	Store         Store         // may be nil: bindings live in memory only
+	FlushInterval time.Duration // write-behind period; default 1s
+	SweepInterval time.Duration // expired-binding sweep period; default 10s
+
+	// OnAuthFailure, when set, is called for every request whose credentials
+	// were presented and wrong (the guard counts these). It must be quick.
+	OnAuthFailure func(src netip.AddrPort, domain, username string)
+
+	Now func() time.Time
+}
+
+// Registrar handles REGISTER and answers location queries.
+type Registrar struct {
+	log  *slog.Logger
+	opts Options
+	auth *Auth
+	now  func() time.Time
+
+	mu    sync.RWMutex
+	aors  map[aorKey]*aor
+	byExt map[extKey]map[aorKey]struct{}
+
+	dirtyMu sync.Mutex
+	dirty   map[string]Binding
+	removed map[string]struct{}
+
+	flushMu sync.Mutex
+}
+
+type aorKey struct{ tenant, username string }
+type extKey struct{ tenant, extension string }
+
+type aor struct {
+	extension string
+	bindings  []Binding
+}
+
+// New builds a Registrar and restores the bindings the Store holds (expired
+// ones are dropped and removed from the store).
+func New(opts Options, log *slog.Logger) (*Registrar, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Auth == nil {
+		return nil, fmt.Errorf("%w: Auth is required", ErrInvalidOptions)
+	}
+	if opts.MinExpires <= 0 {
+		opts.MinExpires = DefaultMinExpires
+	}
+	if opts.MaxExpires <= 0 {
+		opts.MaxExpires = DefaultMaxExpires
+	}
+	if opts.DefaultExpires <= 0 {
+		opts.DefaultExpires = DefaultExpires
+	}
+	if opts.MaxExpires < opts.MinExpires {
+		return nil, fmt.Errorf("%w: MaxExpires %s below MinExpires %s", ErrInvalidOptions, opts.MaxExpires, opts.MinExpires)
+	}
+	opts.DefaultExpires = min(max(opts.DefaultExpires, opts.MinExpires), opts.MaxExpires)
+	if opts.DefaultMaxContacts <= 0 {
+		opts.DefaultMaxContacts = DefaultMaxContacts
+	}
+	if opts.FlushInterval <= 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	r := &Registrar{
+		log: log, opts: opts, auth: opts.Auth, now: opts.Now,
+		aors:    map[aorKey]*aor{},
+		byExt:   map[extKey]map[aorKey]struct{}{},
+		dirty:   map[string]Binding{},
+		removed: map[string]struct{}{},
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if opts.Store != nil {
+		bs, err := opts.Store.LoadBindings()
+		if err != nil {
+			return nil, fmt.Errorf("load registrations: %w", err)
+		}
+		now := r.now()
+		var stale []string
+		r.mu.Lock()
+		for _, b := range bs {
+			if b.Expired(now) {
+				stale = append(stale, b.Key())
+				continue
+			}
+			r.putLocked(b)
+		}
+		r.mu.Unlock()
+		if len(stale) > 0 {
+			if err := opts.Store.SaveBindings(nil, stale); err != nil {
+				return nil, fmt.Errorf("drop expired registrations: %w", err)
+			}
+		}
+		log.Info("registrations restored", "count", len(bs)-len(stale), "expired", len(stale))
+	}
+	return r, nil
+}
+
+// Auth returns the digest verifier (shared with INVITE handling).
+func (r *Registrar) Auth() *Auth { return r.auth }
+
+// putLocked inserts or replaces b (matched by Key).
+func (r *Registrar) putLocked(b Binding) {
+	k := aorKey{b.Tenant, b.Username}
+	a := r.aors[k]
+	if a == nil {
+		a = &aor{extension: b.Extension}
+		r.aors[k] = a
+	}
+	if a.extension != b.Extension {
+		r.unindexLocked(k, a.extension)
+		a.extension = b.Extension
+	}
+	r.indexLocked(k, b.Extension)
+	for i := range a.bindings {
+		if a.bindings[i].Contact == b.Contact {
+			a.bindings[i] = b
+			return
+		}
+	}
+	a.bindings = append(a.bindings, b)
+}
+
+func (r *Registrar) indexLocked(k aorKey, ext string) {
+	if ext == "" {
+		return
+	}
+	ek := extKey{k.tenant, ext}
+	set := r.byExt[ek]
+	if set == nil {
+		set = map[aorKey]struct{}{}
+		r.byExt[ek] = set
+	}
+	set[k] = struct{}{}
+}
+
+func (r *Registrar) unindexLocked(k aorKey, ext string) {
+	ek := extKey{k.tenant, ext}
+	if set := r.byExt[ek]; set != nil {
+		delete(set, k)
+		if len(set) == 0 {
+			delete(r.byExt, ek)
+		}
+	}
+}
+
+func (r *Registrar) markDirty(put []Binding, removed []Binding) {
+	if r.opts.Store == nil || (len(put) == 0 && len(removed) == 0) {
+		return
+	}
+	r.dirtyMu.Lock()
+	for _, b := range put {
+		k := b.Key()
+		r.dirty[k] = b
+		delete(r.removed, k)
+	}
+	for _, b := range removed {
+		k := b.Key()
+		delete(r.dirty, k)
+		r.removed[k] = struct{}{}
+	}
+	r.dirtyMu.Unlock()
+}
+
+// HandleRegister answers a REGISTER request.
+func (r *Registrar) HandleRegister(req *sip.Request, tx sip.ServerTransaction) {
+	res := r.register(req)
+	if err := tx.Respond(res); err != nil {
+		r.log.Debug("respond to REGISTER", "err", err, "status", res.StatusCode)
+	}
+}
+
+// RealmFor returns the realm (tenant SIP domain) for a request: the first
+// served domain among the given hosts, else the first host, lower-cased.
+func RealmFor(dir Directory, hosts ...string) string {
+	for _, h := range hosts {
+		h = strings.ToLower(h)
+		if h != "" && dir.ServesDomain(h) {
+			return h
+		}
+	}
+	for _, h := range hosts {
+		if h != "" {
+			return strings.ToLower(h)
+		}
+	}
+	return ""
+}
+
+func (r *Registrar) register(req *sip.Request) *sip.Response {
+	to := req.To()
+	if to == nil || req.CallID() == nil || req.CSeq() == nil {
+		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Request", nil)
+	}
+	realm := RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host)
+	ar := r.auth.Check(req, false, realm)
+	if ar.Outcome != Authorized {
+		if ar.Outcome == Rejected && r.opts.OnAuthFailure != nil {
+			src, _ := netip.ParseAddrPort(req.Source())
+			r.opts.OnAuthFailure(src, realm, ar.Username)
+		}
+		return r.auth.Response(req, ar, false, realm)
+	}
+	acct := ar.Account
+	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {
+		// Valid credentials for another AOR.
+		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+	}
+	return r.apply(req, acct, realm)
+}
+
+type change struct {
+	contact  sip.Uri
+	raw      string
+	instance string
+	q        string
+	expires  time.Duration
+}
+
+func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Response {
+	now := r.now()
+	hdrExpires := time.Duration(-1)
+	if h := req.GetHeader("Expires"); h != nil {
+		v, err := ParseExpires(h.Value())
+		if err != nil {
+			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Expires", nil)
+		}
+		hdrExpires = v
+	}
+	contacts := req.GetHeaders("Contact")
+	if len(contacts) > maxContactsPerRequest {
+		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
+	}
+	key := aorKey{acct.Tenant, acct.Username}
+	callID := string(*req.CallID())
+	cseq := req.CSeq().SeqNo
+
+	var changes []change
+	wildcard := false
+	for _, h := range contacts {
+		ch, ok := h.(*sip.ContactHeader)
+		if !ok {
+			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact", nil)
+		}
+		if ch.Address.Wildcard {
+			wildcard = true
+			continue
+		}
+		exp := hdrExpires
+		if v, ok := ch.Params.Get("expires"); ok {
+			d, err := ParseExpires(v)
+			if err != nil {
+				return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact Expires", nil)
+			}
+			exp = d
+		}
+		if exp < 0 {
+			exp = r.opts.DefaultExpires
+		}
+		if exp > 0 && exp < r.opts.MinExpires {
+			res := sip.NewResponseFromRequest(req, sip.StatusIntervalToBrief, "Interval Too Brief", nil)
+			res.AppendHeader(sip.NewHeader("Min-Expires", strconv.Itoa(int(r.opts.MinExpires/time.Second))))
+			return res
+		}
+		exp = min(exp, r.opts.MaxExpires)
+		c := change{contact: ch.Address, raw: ch.Address.String(), expires: exp}
+		if inst, ok := ch.Params.Get("+sip.instance"); ok {
+			c.instance = inst
+		}
+		if q, ok := ch.Params.Get("q"); ok {
+			c.q = q
+		}
+		changes = append(changes, c)
+	}
+	if wildcard {
+		// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
+		if len(contacts) != 1 || hdrExpires != 0 {
+			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Wildcard Contact", nil)
+		}
+	}
+
+	maxContacts := acct.MaxContacts
+	if maxContacts <= 0 {
+		maxContacts = r.opts.DefaultMaxContacts
+	}
+	src, _ := netip.ParseAddrPort(req.Source())
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	transport := strings.ToLower(req.Transport())
+	var local netip.AddrPort
+	if req.Laddr.IP != nil {
+		if ip, ok := netip.AddrFromSlice(req.Laddr.IP); ok {
+			local = netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
+		}
+	}
+	ua := ""
+	if h := req.GetHeader("User-Agent"); h != nil {
+		ua = h.Value()
+	}
+
+	r.mu.Lock()
+	a := r.aors[key]
+	var current []Binding
+	if a != nil {
+		for _, b := range a.bindings {
+			if !b.Expired(now) {
+				current = append(current, b)
+			}
+		}
+	}
+	var put, removed []Binding
+	if a != nil && len(current) != len(a.bindings) {
+		for _, b := range a.bindings {
+			if b.Expired(now) {
+				removed = append(removed, b)
+			}
+		}
+	}
+	next := slices.Clone(current)
+	status := 0
+	if wildcard {
+		removed = append(removed, next...)
+		next = nil
+	}
+	for _, c := range changes {
+		idx := -1
+		for i, b := range next {
+			if b.Contact == c.raw || (c.instance != "" && b.InstanceID == c.instance) {
+				idx = i
+				break
+			}
+		}
+		if idx >= 0 && next[idx].CallID == callID && cseq <= next[idx].CSeq {
+			// RFC 3261 10.3 step 7: out of order request.
+			status = sip.StatusInternalServerError
+			break
+		}
+		if c.expires == 0 {
+			if idx >= 0 {
+				removed = append(removed, next[idx])
+				next = slices.Delete(next, idx, idx+1)
+			}
+			continue
+		}
+		b := Binding{
+			Tenant: acct.Tenant, Username: acct.Username, Extension: acct.Extension, Domain: domain,
+			Contact: c.raw, InstanceID: c.instance, Q: c.q,
+			Source: src, Transport: transport, Local: local,
+			CallID: callID, CSeq: cseq, UserAgent: ua,
+			Since: now, Updated: now, Expires: now.Add(c.expires),
+		}
+		if idx >= 0 {
+			old := next[idx]
+			if old.Contact == b.Contact {
+				b.Since = old.Since
+			} else {
+				removed = append(removed, old)
+			}
+			next[idx] = b
+			put = append(put, b)
+			continue
+		}
+		if len(next) >= maxContacts {
+			if r.opts.RejectWhenFull {
+				status = sip.StatusForbidden
+				break
+			}
+			// Replace the binding that expires soonest.
+			victim := 0
+			for i := range next {
+				if next[i].Expires.Before(next[victim].Expires) {
+					victim = i
+				}
+			}
+			removed = append(removed, next[victim])
+			next = slices.Delete(next, victim, victim+1)
+		}
+		next = append(next, b)
+		put = append(put, b)
+	}
+	if status != 0 {
+		r.mu.Unlock()
+		reason := "Server Internal Error"
+		if status == sip.StatusForbidden {
+			reason = "Too Many Registered Contacts"
+		}
+		return sip.NewResponseFromRequest(req, status, reason, nil)
+	}
+	// Drop put entries that were removed again later in the same request.
+	put = slices.DeleteFunc(put, func(b Binding) bool {
+		return !slices.ContainsFunc(next, func(n Binding) bool { return n.Contact == b.Contact && n.Updated.Equal(b.Updated) })
+	})
+	if a == nil && len(next) > 0 {
+		a = &aor{extension: acct.Extension}
+		r.aors[key] = a
+	}
+	if a != nil {
+		if a.extension != acct.Extension {
+			r.unindexLocked(key, a.extension)
+			a.extension = acct.Extension
+		}
+		a.bindings = next
+		if len(next) == 0 {
+			r.unindexLocked(key, a.extension)
+			delete(r.aors, key)
+		} else {
+			r.indexLocked(key, a.extension)
+		}
+	}
+	r.mu.Unlock()
+	r.markDirty(put, removed)
+
+	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	for _, b := range next {
+		var u sip.Uri
+		if err := sip.ParseUri(b.Contact, &u); err != nil {
+			continue
+		}
+		ch := &sip.ContactHeader{Address: u}
+		secs := int(b.Expires.Sub(now).Round(time.Second) / time.Second)
+		ch.Params.Add("expires", strconv.Itoa(max(secs, 0)))
+		if b.InstanceID != "" {
+			ch.Params.Add("+sip.instance", b.InstanceID)
+		}
+		res.AppendHeader(ch)
+	}
+	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format(time.RFC1123)))
+	return res
+}
+
+// ParseExpires parses an Expires header or contact parameter value
+// (delta-seconds). Values beyond 2^32-1 are clamped as RFC 3261 allows.
+func ParseExpires(v string) (time.Duration, error) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 20 {
+		return 0, fmt.Errorf("%w: %q", ErrBadExpires, v)
+	}
+	var n uint64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q", ErrBadExpires, v)
+		}
+		if n < 1<<32 {
+			n = n*10 + uint64(c-'0')
+		}
+	}
+	n = min(n, 1<<32-1)
+	return time.Duration(n) * time.Second, nil
+}
+
+// Lookup returns the live bindings of every account with extension in
+// tenant, most recently updated first.
+func (r *Registrar) Lookup(tenant, extension string) []Binding {
+	now := r.now()
+	r.mu.RLock()
+	var out []Binding
+	for k := range r.byExt[extKey{tenant, extension}] {
+		for _, b := range r.aors[k].bindings {
+			if !b.Expired(now) {
+				out = append(out, b)
+			}
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Binding) int { return b.Updated.Compare(a.Updated) })
+	return out
+}
+
+// LookupAccount returns the live bindings of one account.
+func (r *Registrar) LookupAccount(tenant, username string) []Binding {
+	now := r.now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	a := r.aors[aorKey{tenant, username}]
+	if a == nil {
+		return nil
+	}
+	out := make([]Binding, 0, len(a.bindings))
+	for _, b := range a.bindings {
+		if !b.Expired(now) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// List returns every live binding, ordered by tenant, extension, username
+// and contact.
+func (r *Registrar) List() []Binding {
+	now := r.now()
+	r.mu.RLock()
+	var out []Binding
+	for _, a := range r.aors {
+		for _, b := range a.bindings {
+			if !b.Expired(now) {
+				out = append(out, b)
+			}
+		}
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Binding) int {
+		return strings.Compare(a.Tenant+"\x00"+a.Extension+"\x00"+a.Username+"\x00"+a.Contact,
+			b.Tenant+"\x00"+b.Extension+"\x00"+b.Username+"\x00"+b.Contact)
+	})
+	return out
+}
+
+// Count returns the number of live bindings.
+func (r *Registrar) Count() int {
+	now := r.now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, a := range r.aors {
+		for _, b := range a.bindings {
+			if !b.Expired(now) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Drop removes every binding of the accounts with extension in tenant (the
+// operator's "drop a registration"). It returns how many were removed.
+func (r *Registrar) Drop(tenant, extension string) int {
+	r.mu.Lock()
+	var removed []Binding
+	ek := extKey{tenant, extension}
+	for k := range r.byExt[ek] {
+		if a := r.aors[k]; a != nil {
+			removed = append(removed, a.bindings...)
+			delete(r.aors, k)
+		}
+	}
+	delete(r.byExt, ek)
+	r.mu.Unlock()
+	r.markDirty(nil, removed)
+	return len(removed)
+}
+
+// sweep removes expired bindings from memory and queues their deletion.
+func (r *Registrar) sweep() {
+	now := r.now()
+	var removed []Binding
+	r.mu.Lock()
+	for k, a := range r.aors {
+		kept := a.bindings[:0]
+		for _, b := range a.bindings {
+			if b.Expired(now) {
+				removed = append(removed, b)
+			} else {
+				kept = append(kept, b)
+			}
+		}
+		a.bindings = kept
+		if len(kept) == 0 {
+			r.unindexLocked(k, a.extension)
+			delete(r.aors, k)
+		}
+	}
+	r.mu.Unlock()
+	r.markDirty(nil, removed)
+}
+
+// Flush writes pending changes to the Store now.
+func (r *Registrar) Flush() error {
+	if r.opts.Store == nil {
+		return nil
+	}
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.dirtyMu.Lock()
+	if len(r.dirty) == 0 && len(r.removed) == 0 {
+		r.dirtyMu.Unlock()
+		return nil
+	}
+	put := make([]Binding, 0, len(r.dirty))
+	for _, b := range r.dirty {
+		put = append(put, b)
+	}
+	remove := make([]string, 0, len(r.removed))
+	for k := range r.removed {
+		remove = append(remove, k)
+	}
+	r.dirty = map[string]Binding{}
+	r.removed = map[string]struct{}{}
+	r.dirtyMu.Unlock()
+	if err := r.opts.Store.SaveBindings(put, remove); err != nil {
+		// Put the batch back unless newer changes superseded it.
+		r.dirtyMu.Lock()
+		for _, b := range put {
+			k := b.Key()
+			if _, ok := r.dirty[k]; !ok {
+				if _, gone := r.removed[k]; !gone {
+					r.dirty[k] = b
+				}
+			}
+		}
+		for _, k := range remove {
+			if _, ok := r.dirty[k]; !ok {
+				r.removed[k] = struct{}{}
+			}
+		}
+		r.dirtyMu.Unlock()
+		return fmt.Errorf("save registrations: %w", err)
+	}
+	return nil
+}
+
+// Run sweeps expired bindings and flushes changes to the Store until ctx
+// ends, then flushes once more.
+func (r *Registrar) Run(ctx context.Context) error {
+	flush := time.NewTicker(r.opts.FlushInterval)
+	defer flush.Stop()
+	sweep := time.NewTicker(r.opts.SweepInterval)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := r.Flush(); err != nil {
+				r.log.Error("registrations not saved at shutdown", "err", err)
+				return err
+			}
+			return nil
+		case <-flush.C:
+			if err := r.Flush(); err != nil {
+				r.log.Error("registrations not saved", "err", err)
+			}
+		case <-sweep.C:
+			r.sweep()
+		}
+	}
+}
+
+// Close flushes pending changes.
+func (r *Registrar) Close() error { return r.Flush() }
