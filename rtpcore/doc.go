@@ -1,0 +1,46 @@
+// Package rtpcore is the PBX's media plane: it anchors every call's RTP.
+//
+// It owns:
+//
+//   - a PortPool handing out even UDP ports from a configured range (the odd
+//     port above each is left for RTCP), binding the sockets itself and
+//     quarantining released ports for a few seconds so that late packets of
+//     an old call never reach a new one;
+//   - an Engine holding the pool and the addresses (bind and advertised);
+//   - a Session per call with any number of Legs, one per SIP leg. A leg
+//     has its own socket, a remote address taken from SDP, symmetric
+//     latching (the far end's real source address wins, and a persistent
+//     change of source, such as a NAT rebinding, re-latches), and counters
+//     (packets and bytes in and out, loss from sequence gaps, RFC 3550
+//     interarrival jitter, last packet time);
+//   - Session.Bridge, which relays RTP between two legs without touching the
+//     payload, the sequence numbers or the timestamps;
+//   - Taps (synchronous observers of relayed and injected packets, for
+//     recording and voicemail) and Injections (a player replacing the
+//     relayed audio toward one leg with its own SSRC, sequence and
+//     timestamp, for music on hold and prompts), plus a Player pacing a WAV
+//     file as 20 ms G.711 packets;
+//   - media timeout detection (Session.Idle and SessionOptions.OnTimeout);
+//   - G.711 A-law and µ-law, RFC 4733 telephone events with a DTMFDetector,
+//     a WAV reader (8 kHz mono 16-bit PCM) and a stereo WAV writer.
+//
+// SDP parsing, codec negotiation and the PBX's offers and answers live in
+// the subpackage rtpcore/sdp.
+//
+// It does not know SIP, tenants, configuration documents or HTTP; the B2BUA
+// drives it.
+//
+// Caveats:
+//
+//   - The relay is one goroutine per leg socket reading into a buffer that
+//     is reused for every packet. Taps run on that goroutine: a Tap must
+//     return quickly and must not keep the Packet or its slices after it
+//     returns. A slow consumer should use NewQueueTap, which copies into a
+//     bounded queue and counts what it drops.
+//   - No transcoding: both legs of a bridge must have negotiated the same
+//     codec set, which rtpcore/sdp.Negotiate and the B2BUA guarantee.
+//   - RTCP is not relayed; the odd port is kept out of the pool so a peer
+//     following RFC 3550's port+1 rule does not hit another call, and
+//     offers either omit a=rtcp or name port+1.
+//   - Plain RTP only; SRTP is not implemented.
+package rtpcore

@@ -1,0 +1,153 @@
+package rtpcore
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// DefaultRelatchPackets is how many consecutive packets from a new source
+// address move a latched leg over to it.
+const DefaultRelatchPackets = 5
+
+// DefaultClockRate is the RTP clock rate of G.711 and telephone-event/8000.
+const DefaultClockRate = 8000
+
+// Options configures an Engine.
+type Options struct {
+	// BindIP is the local address RTP sockets bind to; zero means 0.0.0.0.
+	BindIP netip.Addr
+	// AdvertiseIP is the address written into SDP (media.externalIp). Zero
+	// means BindIP. When both are unspecified, AdvertisedAddr returns the
+	// unspecified address and the caller substitutes its signalling address.
+	AdvertiseIP netip.Addr
+	// PortMin and PortMax bound the RTP port range (media.rtpPortMin/Max);
+	// both zero means DefaultPortMin..DefaultPortMax.
+	PortMin, PortMax int
+	// Quarantine is how long a released port rests; zero means
+	// DefaultQuarantine, negative means none.
+	Quarantine time.Duration
+	// RelatchPackets is how many consecutive packets from a new source
+	// re-latch a leg; zero means DefaultRelatchPackets.
+	RelatchPackets int
+}
+
+// Engine owns the port pool and every media session of the process.
+type Engine struct {
+	log       *slog.Logger
+	pool      *PortPool
+	bindIP    netip.Addr
+	advertise netip.Addr
+	relatch   int
+	epoch     time.Time
+
+	mu       sync.Mutex
+	sessions map[*Session]struct{}
+	closed   bool
+}
+
+// New builds an Engine. It binds nothing until legs are created.
+func New(opts Options, log *slog.Logger) (*Engine, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if (opts.PortMin == 0) != (opts.PortMax == 0) {
+		return nil, fmt.Errorf("rtp port range %d-%d: set both bounds or neither", opts.PortMin, opts.PortMax)
+	}
+	bind := opts.BindIP
+	if !bind.IsValid() {
+		bind = netip.IPv4Unspecified()
+	}
+	pool, err := NewPortPool(PortPoolOptions{
+		Min: opts.PortMin, Max: opts.PortMax, BindIP: bind, Quarantine: opts.Quarantine,
+	}, log)
+	if err != nil {
+		return nil, fmt.Errorf("media engine: %w", err)
+	}
+	adv := opts.AdvertiseIP
+	if !adv.IsValid() {
+		adv = bind
+	}
+	rl := opts.RelatchPackets
+	if rl <= 0 {
+		rl = DefaultRelatchPackets
+	}
+	return &Engine{
+		log:       log,
+		pool:      pool,
+		bindIP:    bind,
+		advertise: adv,
+		relatch:   rl,
+		epoch:     time.Now(),
+		sessions:  make(map[*Session]struct{}),
+	}, nil
+}
+
+// AdvertisedAddr is the address to put in SDP c= lines.
+func (e *Engine) AdvertisedAddr() netip.Addr { return e.advertise }
+
+// BindAddr is the address RTP sockets bind to.
+func (e *Engine) BindAddr() netip.Addr { return e.bindIP }
+
+// Pool returns the engine's port pool.
+func (e *Engine) Pool() *PortPool { return e.pool }
+
+// EngineStats counts sessions, legs and ports.
+type EngineStats struct {
+	Sessions         int
+	Legs             int
+	PortsTotal       int
+	PortsInUse       int
+	PortsQuarantined int
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() EngineStats {
+	e.mu.Lock()
+	st := EngineStats{Sessions: len(e.sessions)}
+	for s := range e.sessions {
+		st.Legs += s.legCount()
+	}
+	e.mu.Unlock()
+	st.PortsTotal = e.pool.Size()
+	st.PortsInUse = e.pool.InUse()
+	st.PortsQuarantined = e.pool.Quarantined()
+	return st
+}
+
+// Sessions returns the open sessions in no particular order.
+func (e *Engine) Sessions() []*Session {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*Session, 0, len(e.sessions))
+	for s := range e.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Close closes every session and stops handing out ports.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	ss := make([]*Session, 0, len(e.sessions))
+	for s := range e.sessions {
+		ss = append(ss, s)
+	}
+	e.mu.Unlock()
+	for _, s := range ss {
+		_ = s.Close()
+	}
+	return e.pool.Close()
+}
+
+func (e *Engine) remove(s *Session) {
+	e.mu.Lock()
+	delete(e.sessions, s)
+	e.mu.Unlock()
+}
+
+// mono returns nanoseconds since the engine started on the monotonic clock.
+func (e *Engine) mono(t time.Time) int64 { return int64(t.Sub(e.epoch)) }

@@ -1,0 +1,357 @@
+package rtpcore
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxPacket is the receive buffer size; RTP over UDP stays below the MTU
+// but a jumbo datagram must not be truncated silently.
+const maxPacket = 2048
+
+// Leg is one SIP leg's RTP endpoint: a local socket, the far end's address
+// and counters. Packets arriving on it are relayed to its bridged peer, if
+// any, and shown to its taps.
+type Leg struct {
+	sess  *Session
+	name  string
+	conn  *net.UDPConn
+	local netip.AddrPort
+
+	peer   atomic.Pointer[Leg]
+	taps   atomic.Pointer[[]Tap]
+	inj    atomic.Pointer[Injection]
+	target atomic.Pointer[netip.AddrPort] // where packets to the far end go
+
+	clockRate atomic.Uint32
+
+	// Outbound counters are written by the peer's reader and by injections.
+	pktsOut     atomic.Uint64
+	bytesOut    atomic.Uint64
+	replaced    atomic.Uint64 // relayed packets dropped while an injection was active
+	injected    atomic.Uint64
+	unsent      atomic.Uint64 // packets for this leg with no address to go to
+	sendErrors  atomic.Uint64
+	lastErrLogA atomic.Int64
+
+	// mu guards the receive-side state below; the reader goroutine is its
+	// only writer.
+	mu         sync.Mutex
+	sdpRemote  netip.AddrPort
+	latched    bool
+	cand       netip.AddrPort
+	candCount  int
+	in         recvStats
+	malformed  uint64
+	lastPacket time.Time
+
+	// injection sequence state, guarded by injMu.
+	injMu   sync.Mutex
+	ssrc    uint32
+	seq     uint16
+	ts      uint32
+	tsWall  time.Time
+	started bool
+
+	scratch Packet // reused for taps on the reader goroutine
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+func newLeg(s *Session, name string, conn *net.UDPConn) *Leg {
+	l := &Leg{
+		sess:  s,
+		name:  name,
+		conn:  conn,
+		local: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
+		done:  make(chan struct{}),
+		ssrc:  randUint32(),
+		seq:   uint16(randUint32()),
+		ts:    randUint32(),
+	}
+	l.clockRate.Store(DefaultClockRate)
+	return l
+}
+
+// Name returns the leg's name.
+func (l *Leg) Name() string { return l.name }
+
+// Session returns the session the leg belongs to.
+func (l *Leg) Session() *Session { return l.sess }
+
+// Port is the local RTP port, to be written into this leg's SDP.
+func (l *Leg) Port() int { return int(l.local.Port()) }
+
+// LocalAddr is the socket's bound address.
+func (l *Leg) LocalAddr() netip.AddrPort { return l.local }
+
+// AdvertisedAddr is the engine's advertised address with this leg's port.
+func (l *Leg) AdvertisedAddr() netip.AddrPort {
+	return netip.AddrPortFrom(l.sess.e.advertise, l.local.Port())
+}
+
+// SetClockRate sets the RTP clock rate used for jitter and injection
+// timestamps; the default is 8000.
+func (l *Leg) SetClockRate(hz uint32) {
+	if hz > 0 {
+		l.clockRate.Store(hz)
+	}
+}
+
+// SetRemote sets the far end's address from its SDP (c= and m= port). A
+// changed address starts latching afresh; setting the same address again
+// (a session refresh) keeps the latched one. An unspecified address or
+// port 0 (old-style hold) stops sending until packets arrive.
+func (l *Leg) SetRemote(ap netip.AddrPort) {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ap == l.sdpRemote && l.target.Load() != nil {
+		return
+	}
+	l.sdpRemote = ap
+	l.latched = false
+	l.candCount = 0
+	if ap.Addr().IsUnspecified() || ap.Port() == 0 || !ap.IsValid() {
+		l.target.Store(nil)
+		return
+	}
+	l.target.Store(&ap)
+}
+
+// Remote is where packets for the far end are sent now: the latched
+// source address, else the SDP address. It is invalid when unknown.
+func (l *Leg) Remote() netip.AddrPort {
+	if t := l.target.Load(); t != nil {
+		return *t
+	}
+	return netip.AddrPort{}
+}
+
+// Latched reports whether the leg has received packets from its current
+// remote address.
+func (l *Leg) Latched() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.latched
+}
+
+// Peer returns the leg this one is bridged to, or nil.
+func (l *Leg) Peer() *Leg { return l.peer.Load() }
+
+// Bridge relays RTP both ways between a and b, which may belong to
+// different sessions of the same engine (a transfer). Each leg's previous
+// partner, if any, is unbridged first. Payloads, sequence numbers,
+// timestamps and SSRCs pass through unchanged.
+func Bridge(a, b *Leg) error {
+	if a == nil || b == nil || a == b || a.sess.e != b.sess.e {
+		return ErrForeignLeg
+	}
+	if a.isClosed() || b.isClosed() {
+		return ErrClosed
+	}
+	a.Unbridge()
+	b.Unbridge()
+	a.peer.Store(b)
+	b.peer.Store(a)
+	return nil
+}
+
+// Unbridge stops relaying between l and its peer.
+func (l *Leg) Unbridge() {
+	p := l.peer.Swap(nil)
+	if p != nil {
+		p.peer.CompareAndSwap(l, nil)
+	}
+}
+
+func (l *Leg) isClosed() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close unbridges the leg, stops its reader and releases its port into
+// quarantine. It is idempotent.
+func (l *Leg) Close() error {
+	l.closeOnce.Do(func() {
+		l.Unbridge()
+		if inj := l.inj.Load(); inj != nil {
+			_ = inj.Close()
+		}
+		l.sess.e.pool.Release(l.conn)
+		<-l.done
+		l.sess.dropLeg(l)
+	})
+	return nil
+}
+
+// readLoop is the leg's only reader; buf is reused for every packet.
+func (l *Leg) readLoop() {
+	defer close(l.done)
+	buf := make([]byte, maxPacket)
+	for {
+		n, src, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient errors (ICMP port unreachable reported on read on
+			// some systems) must not end the leg.
+			continue
+		}
+		l.handle(buf[:n], src, time.Now())
+	}
+}
+
+// handle processes one received datagram.
+func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
+	h, err := ParseHeader(pkt)
+	isRTCP := err == nil && h.PayloadType >= 72 && h.PayloadType <= 76 // RTCP multiplexed on the RTP port
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+
+	l.mu.Lock()
+	if err != nil {
+		l.malformed++
+		l.mu.Unlock()
+		return
+	}
+	l.latch(src)
+	l.lastPacket = now
+	if !isRTCP {
+		l.in.update(&h, len(pkt), l.sess.e.mono(now), l.clockRate.Load())
+	}
+	l.mu.Unlock()
+	l.sess.last.Store(l.sess.e.mono(now))
+
+	if taps := l.taps.Load(); taps != nil && !isRTCP {
+		p := &l.scratch
+		*p = Packet{Leg: l, Dir: In, Header: h, Raw: pkt, At: now}
+		for _, t := range *taps {
+			t.TapRTP(p)
+		}
+	}
+
+	peer := l.peer.Load()
+	if peer == nil {
+		return
+	}
+	if peer.inj.Load() != nil {
+		peer.replaced.Add(1)
+		return
+	}
+	if !peer.send(pkt) {
+		return
+	}
+	if taps := peer.taps.Load(); taps != nil && !isRTCP {
+		p := &l.scratch
+		*p = Packet{Leg: peer, Dir: Out, Header: h, Raw: pkt, At: now}
+		for _, t := range *taps {
+			t.TapRTP(p)
+		}
+	}
+}
+
+// latch applies symmetric RTP: called with l.mu held for every valid packet.
+func (l *Leg) latch(src netip.AddrPort) {
+	t := l.target.Load()
+	switch {
+	case t != nil && *t == src:
+		l.latched = true
+		l.candCount = 0
+	case !l.latched:
+		// First packets: the real source wins over the SDP address.
+		s := src
+		l.target.Store(&s)
+		l.latched = true
+		l.candCount = 0
+	default:
+		if src == l.cand {
+			l.candCount++
+		} else {
+			l.cand = src
+			l.candCount = 1
+		}
+		if l.candCount >= l.sess.e.relatch {
+			s := src
+			l.target.Store(&s)
+			l.candCount = 0
+		}
+	}
+}
+
+// send writes pkt to the far end and counts it.
+func (l *Leg) send(pkt []byte) bool {
+	t := l.target.Load()
+	if t == nil {
+		l.unsent.Add(1)
+		return false
+	}
+	if _, err := l.conn.WriteToUDPAddrPort(pkt, *t); err != nil {
+		l.sendErrors.Add(1)
+		now := time.Now().Unix()
+		if last := l.lastErrLogA.Load(); now-last >= 10 && l.lastErrLogA.CompareAndSwap(last, now) {
+			l.sess.log.Warn("rtp send", "leg", l.name, "remote", t.String(), "err", err)
+		}
+		return false
+	}
+	l.pktsOut.Add(1)
+	l.bytesOut.Add(uint64(len(pkt)))
+	return true
+}
+
+// LegStats are a leg's counters. Jitter is the RFC 3550 interarrival
+// jitter of the packets received from the far end.
+type LegStats struct {
+	Name        string
+	LocalPort   int
+	Remote      netip.AddrPort
+	Latched     bool
+	Bridged     bool
+	PacketsIn   uint64
+	BytesIn     uint64
+	PacketsOut  uint64
+	BytesOut    uint64
+	PacketsLost int64
+	Jitter      time.Duration
+	LastPacket  time.Time // zero until the first packet arrives
+	Malformed   uint64    // datagrams that were not RTP
+	Replaced    uint64    // relayed packets dropped in favour of an injection
+	Injected    uint64    // packets sent by injections
+	Unsent      uint64    // packets with no remote address to go to
+	SendErrors  uint64
+}
+
+// Stats returns the leg's counters.
+func (l *Leg) Stats() LegStats {
+	st := LegStats{
+		Name:       l.name,
+		LocalPort:  l.Port(),
+		Remote:     l.Remote(),
+		Bridged:    l.peer.Load() != nil,
+		PacketsOut: l.pktsOut.Load(),
+		BytesOut:   l.bytesOut.Load(),
+		Replaced:   l.replaced.Load(),
+		Injected:   l.injected.Load(),
+		Unsent:     l.unsent.Load(),
+		SendErrors: l.sendErrors.Load(),
+	}
+	l.mu.Lock()
+	st.Latched = l.latched
+	st.PacketsIn = l.in.packets
+	st.BytesIn = l.in.bytes
+	st.PacketsLost = l.in.lost()
+	st.Jitter = l.in.jitterDuration(l.clockRate.Load())
+	st.LastPacket = l.lastPacket
+	st.Malformed = l.malformed
+	l.mu.Unlock()
+	return st
+}

@@ -1,0 +1,190 @@
+package rtpcore
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Port range and quarantine defaults.
+const (
+	DefaultPortMin    = 10000
+	DefaultPortMax    = 20000
+	DefaultQuarantine = 5 * time.Second
+)
+
+// PortPoolOptions configures a PortPool.
+type PortPoolOptions struct {
+	// Min and Max bound the range, inclusive. Both zero means
+	// DefaultPortMin..DefaultPortMax. Only even ports p with p+1 <= Max are
+	// handed out; p+1 is left for RTCP.
+	Min, Max int
+	// BindIP is the address sockets bind to; the zero value binds every
+	// IPv4 address (0.0.0.0).
+	BindIP netip.Addr
+	// Quarantine is how long a released port rests before it is handed out
+	// again; zero means DefaultQuarantine, negative means no quarantine.
+	Quarantine time.Duration
+}
+
+type quarantined struct {
+	port  int
+	until time.Time
+}
+
+// PortPool hands out bound UDP sockets on even ports of a range. Released
+// ports are quarantined before reuse. It is safe for concurrent use.
+type PortPool struct {
+	bindIP     netip.Addr
+	min, max   int
+	quarantine time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+
+	mu      sync.Mutex
+	free    []int // FIFO: least recently used first
+	resting []quarantined
+	inUse   map[int]struct{}
+	closed  bool
+}
+
+// NewPortPool checks the range and returns a pool; it binds nothing yet.
+func NewPortPool(opts PortPoolOptions, log *slog.Logger) (*PortPool, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	lo, hi := opts.Min, opts.Max
+	if lo == 0 && hi == 0 {
+		lo, hi = DefaultPortMin, DefaultPortMax
+	}
+	if lo <= 0 || hi > 65535 || hi <= lo {
+		return nil, fmt.Errorf("rtp port range %d-%d: want 0 < min < max <= 65535", opts.Min, opts.Max)
+	}
+	first := lo + lo%2
+	if first+1 > hi {
+		return nil, fmt.Errorf("rtp port range %d-%d: holds no even/odd port pair", opts.Min, opts.Max)
+	}
+	q := opts.Quarantine
+	if q == 0 {
+		q = DefaultQuarantine
+	}
+	if q < 0 {
+		q = 0
+	}
+	bind := opts.BindIP
+	if !bind.IsValid() {
+		bind = netip.IPv4Unspecified()
+	}
+	p := &PortPool{
+		bindIP:     bind,
+		min:        lo,
+		max:        hi,
+		quarantine: q,
+		log:        log,
+		now:        time.Now,
+		inUse:      make(map[int]struct{}),
+	}
+	for port := first; port+1 <= hi; port += 2 {
+		p.free = append(p.free, port)
+	}
+	return p, nil
+}
+
+// Size is the number of ports the pool can hand out.
+func (p *PortPool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free) + len(p.resting) + len(p.inUse)
+}
+
+// InUse is the number of ports handed out and not yet released.
+func (p *PortPool) InUse() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.inUse)
+}
+
+// Quarantined is the number of released ports still resting.
+func (p *PortPool) Quarantined() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.wakeLocked(p.now())
+	return len(p.resting)
+}
+
+// wakeLocked moves ports whose quarantine is over back to the free list.
+func (p *PortPool) wakeLocked(now time.Time) {
+	n := 0
+	for n < len(p.resting) && !now.Before(p.resting[n].until) {
+		p.free = append(p.free, p.resting[n].port)
+		n++
+	}
+	if n > 0 {
+		p.resting = append(p.resting[:0], p.resting[n:]...)
+	}
+}
+
+// Allocate binds a UDP socket on a free even port and returns it. A port
+// that another process holds is skipped (and retried after a quarantine).
+// It returns ErrPortsExhausted when no port can be bound.
+func (p *PortPool) Allocate() (*net.UDPConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	now := p.now()
+	p.wakeLocked(now)
+	var lastErr error
+	for tries := len(p.free); tries > 0 && len(p.free) > 0; tries-- {
+		port := p.free[0]
+		p.free = p.free[1:]
+		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port))))
+		if err != nil {
+			lastErr = err
+			p.resting = append(p.resting, quarantined{port: port, until: now.Add(p.quarantine)})
+			continue
+		}
+		p.inUse[port] = struct{}{}
+		return conn, nil
+	}
+	if lastErr != nil {
+		p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "err", lastErr)
+		return nil, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
+	}
+	p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", len(p.inUse), "quarantined", len(p.resting))
+	return nil, ErrPortsExhausted
+}
+
+// Release closes conn and puts its port into quarantine. Releasing a socket
+// the pool did not hand out only closes it.
+func (p *PortPool) Release(conn *net.UDPConn) {
+	if conn == nil {
+		return
+	}
+	port := int(conn.LocalAddr().(*net.UDPAddr).AddrPort().Port())
+	_ = conn.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.inUse[port]; !ok {
+		return
+	}
+	delete(p.inUse, port)
+	if p.quarantine == 0 {
+		p.free = append(p.free, port)
+		return
+	}
+	p.resting = append(p.resting, quarantined{port: port, until: p.now().Add(p.quarantine)})
+}
+
+// Close stops the pool from handing out more ports. Sockets already handed
+// out stay open until released.
+func (p *PortPool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}

@@ -1,0 +1,141 @@
+package rtpcore
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Direction says which way a packet travels relative to a leg's far end.
+type Direction uint8
+
+const (
+	// In is a packet received from the leg's far end.
+	In Direction = iota + 1
+	// Out is a packet sent to the leg's far end (relayed or injected).
+	Out
+)
+
+func (d Direction) String() string {
+	switch d {
+	case In:
+		return "in"
+	case Out:
+		return "out"
+	}
+	return "unknown"
+}
+
+// Packet is one RTP packet shown to a Tap. It and its Raw slice are only
+// valid during the TapRTP call: the relay reuses them for the next packet.
+type Packet struct {
+	Leg      *Leg
+	Dir      Direction
+	Header   Header
+	Raw      []byte // the whole datagram
+	At       time.Time
+	Injected bool // sent by an Injection rather than relayed
+}
+
+// Payload returns the packet's payload (inside Raw).
+func (p *Packet) Payload() []byte { return p.Header.Payload(p.Raw) }
+
+// Tap observes the packets of a leg: every packet received from the far
+// end (In, whether bridged or not) and every packet sent to it (Out). It
+// is called synchronously on the relay goroutine, so it must return
+// quickly, must not block and must not keep p or p.Raw after returning.
+// A Tap that needs to do I/O should use NewQueueTap.
+type Tap interface {
+	TapRTP(p *Packet)
+}
+
+// TapFunc adapts a function to the Tap interface.
+type TapFunc func(p *Packet)
+
+// TapRTP calls f(p).
+func (f TapFunc) TapRTP(p *Packet) { f(p) }
+
+var tapsMu sync.Mutex // serialises copy-on-write updates of every leg's tap list
+
+// AddTap attaches t to the leg and returns a function that detaches it.
+// With no tap attached the relay pays one atomic load per packet.
+func (l *Leg) AddTap(t Tap) (remove func()) {
+	tapsMu.Lock()
+	var next []Tap
+	if cur := l.taps.Load(); cur != nil {
+		next = append(next, (*cur)...)
+	}
+	next = append(next, t)
+	l.taps.Store(&next)
+	tapsMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			tapsMu.Lock()
+			defer tapsMu.Unlock()
+			cur := l.taps.Load()
+			if cur == nil {
+				return
+			}
+			var rest []Tap
+			removed := false
+			for _, x := range *cur {
+				if !removed && x == t {
+					removed = true
+					continue
+				}
+				rest = append(rest, x)
+			}
+			if len(rest) == 0 {
+				l.taps.Store(nil)
+				return
+			}
+			l.taps.Store(&rest)
+		})
+	}
+}
+
+// TapPacket is a copy of a tapped packet, owned by the receiver.
+type TapPacket struct {
+	Leg      *Leg
+	Dir      Direction
+	Header   Header
+	Raw      []byte
+	At       time.Time
+	Injected bool
+}
+
+// Payload returns the packet's payload (inside Raw).
+func (p *TapPacket) Payload() []byte { return p.Header.Payload(p.Raw) }
+
+// QueueTap is a Tap that copies packets into a bounded channel; when the
+// consumer lags, packets are dropped and counted rather than stalling the
+// relay.
+type QueueTap struct {
+	ch      chan TapPacket
+	dropped atomic.Uint64
+}
+
+// NewQueueTap returns a QueueTap holding up to size packets.
+func NewQueueTap(size int) *QueueTap {
+	if size <= 0 {
+		size = 1
+	}
+	return &QueueTap{ch: make(chan TapPacket, size)}
+}
+
+// TapRTP copies p into the queue or drops it when the queue is full.
+func (q *QueueTap) TapRTP(p *Packet) {
+	c := TapPacket{Leg: p.Leg, Dir: p.Dir, Header: p.Header, Raw: append([]byte(nil), p.Raw...), At: p.At, Injected: p.Injected}
+	select {
+	case q.ch <- c:
+	default:
+		q.dropped.Add(1)
+	}
+}
+
+// C is the channel the copies arrive on. It is never closed.
+func (q *QueueTap) C() <-chan TapPacket { return q.ch }
+
+// Dropped is the number of packets dropped because the queue was full.
+func (q *QueueTap) Dropped() uint64 { return q.dropped.Load() }
