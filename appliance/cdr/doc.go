@@ -1,0 +1,42 @@
+// Package cdr owns call records: building them, the in-flight marker of an
+// answered call, the commit of the final record, the per-day index, startup
+// recovery and offline repair, reindexing, the retention janitor, and the
+// listing with opaque cursors behind /v1/cdr.
+//
+// It speaks in records, not SIP: the composition root turns call lifecycle
+// events into Answered (write or rewrite the in-flight marker) and Commit
+// (write the final record) calls. It does not know about HTTP either: query
+// errors are sentinels (ErrBadCursor, ErrRange, ErrLimit, ErrFilter) that the
+// API maps to 400, ErrNotFound to 404.
+//
+// Layout under the data directory, per tenant:
+//
+//	<tenant>/cdr/YYYY/MM/DD/<id>.json    one file per call
+//	<tenant>/cdr/YYYY/MM/DD/index.jsonl  one compact line per call, regenerable
+//	<tenant>/cdr/inflight/<id>.json      marker of an answered call in progress
+//
+// The day directory is the tenant's local date of the call's start (the
+// Location option decides the zone). Tenant names and ids are validated as
+// single path elements; SIP Call-ID and dialog id are fields only.
+//
+// Durability: a record is written to <id>.json.tmp, fsynced, renamed and its
+// directory fsynced, so a committed record survives a crash or power cut.
+// Index lines are appended with one O_APPEND write per line under a per-file
+// lock and are not fsynced: the index is derived data, and Recover repairs
+// what a crash leaves (a torn last line, a missing line) in the newest days;
+// Repair with Full does it for every day; Reindex rebuilds indexes outright.
+//
+// Listing: List reads index files only. Each day it has read is summarised
+// in memory (count, answered count, directions, up to 64 trunks and
+// extensions, start range, and a Bloom filter of the 6-character substrings
+// of from, to and did), so a selective filter skips days without reading
+// their lines; the parsed lines of the most recently used days are kept too
+// (bounded by Options.CacheEntries). A summary costs about 8 bytes per
+// substring, around 60 KB for a day of 2,700 calls. Run warms the
+// summaries at startup. Listed records are index entries (Entry) plus their
+// tenant; Get returns the full record. See List for the paging guarantee.
+//
+// Caveats: the cache is per Store; two processes writing one data
+// directory are prevented by the datadir lock, not here. Number filters
+// shorter than six characters cannot skip days by summary.
+package cdr

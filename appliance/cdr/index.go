@@ -1,0 +1,91 @@
+package cdr
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// IndexFile is the name of a day's index inside its day directory.
+const IndexFile = "index.jsonl"
+
+// Entry is one line of a day's index.jsonl and the shape of a record in a
+// listing. The index line carries what filtering and listing need; Tenant is
+// not stored in the line (the directory names it) and is filled in by List.
+type Entry struct {
+	Tenant     string    `json:"tenant,omitempty"`
+	ID         ID        `json:"id"`
+	Start      time.Time `json:"start"`
+	Direction  Direction `json:"direction"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	DID        string    `json:"did"`
+	Trunk      string    `json:"trunk"`
+	Extension  string    `json:"extension"`
+	Answered   bool      `json:"answered"`
+	Cause      Cause     `json:"cause"`
+	DurationMS int64     `json:"duration_ms"`
+	Rec        bool      `json:"rec"`
+	VM         bool      `json:"vm"`
+
+	startMS int64 // Start in Unix milliseconds, the sort key with ID
+}
+
+// AppendLine appends the entry's index line, newline included, to b. The
+// tenant is not written.
+func (e Entry) AppendLine(b []byte) []byte {
+	e.Tenant = ""
+	e.Start = msUTC(e.Start)
+	j, err := json.Marshal(e)
+	if err != nil {
+		// Entry has only strings, bools, ints and a time: Marshal cannot fail
+		// unless the time is outside year 0..9999, which validate refuses.
+		panic(fmt.Sprintf("cdr: marshal index entry: %v", err))
+	}
+	b = append(b, j...)
+	return append(b, '\n')
+}
+
+// ParseLine parses one index line (without or with its trailing newline).
+// It refuses lines that are not a single JSON object, whose id is invalid,
+// or whose start is missing or does not match the id's form.
+func ParseLine(line []byte) (Entry, error) {
+	line = bytes.TrimRight(line, "\r\n")
+	var e Entry
+	if len(line) == 0 || line[0] != '{' || line[len(line)-1] != '}' {
+		return e, fmt.Errorf("index line: not a JSON object")
+	}
+	if err := json.Unmarshal(line, &e); err != nil {
+		return Entry{}, fmt.Errorf("index line: %w", err)
+	}
+	if e.Tenant != "" {
+		return Entry{}, fmt.Errorf("index line: tenant field not expected")
+	}
+	if err := e.ID.Validate(); err != nil {
+		return Entry{}, fmt.Errorf("index line: %w", err)
+	}
+	if e.Start.IsZero() || e.Start.Year() < 1970 || e.Start.Year() > 9999 {
+		return Entry{}, fmt.Errorf("index line: start missing or out of range")
+	}
+	e.Start = msUTC(e.Start)
+	e.startMS = e.Start.UnixMilli()
+	return e, nil
+}
+
+// before reports whether e sorts after (is older than) the position
+// (ms, id) in listing order, which is newest first by (start, id).
+func (e *Entry) before(ms int64, id ID) bool {
+	if e.startMS != ms {
+		return e.startMS < ms
+	}
+	return e.ID < id
+}
+
+// newer reports whether a comes before b in listing order.
+func newer(a, b *Entry) bool {
+	if a.startMS != b.startMS {
+		return a.startMS > b.startMS
+	}
+	return a.ID > b.ID
+}

@@ -1,0 +1,113 @@
+package cdr
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Run is the store's long-running part: the retention janitor (a first
+// pass at once, then every SweepInterval) and, after the first pass, a
+// warm-up that reads every day's index summary so the first filtered
+// listings do not pay for it. It returns nil when ctx is cancelled.
+func (s *Store) Run(ctx context.Context) error {
+	sweep := func() {
+		if s.opts.Retention == 0 {
+			return
+		}
+		removed, err := s.Sweep(ctx, s.opts.Now())
+		if err != nil {
+			s.log.Error("call record retention", "err", err)
+		}
+		if len(removed) > 0 {
+			s.log.Info("call record retention", "days_removed", len(removed))
+		}
+	}
+	sweep()
+	if err := s.Warm(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("call record index warm-up", "err", err)
+	}
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			sweep()
+		}
+	}
+}
+
+// Sweep removes every whole day directory (records and index) whose local
+// day ended at or before now minus the retention. Empty month and year
+// directories go too. It returns the removed directories relative to the
+// data directory. With zero retention it removes nothing.
+func (s *Store) Sweep(ctx context.Context, now time.Time) ([]string, error) {
+	if s.opts.Retention == 0 {
+		return nil, nil
+	}
+	cutoff := now.Add(-s.opts.Retention)
+	tenants, err := s.tenants()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, t := range tenants {
+		loc := s.location(t)
+		days, err := s.listDays(t, date{}, date{})
+		if err != nil {
+			return removed, fmt.Errorf("list days of %s: %w", t, err)
+		}
+		for _, d := range days {
+			if err := ctx.Err(); err != nil {
+				return removed, err
+			}
+			end := time.Date(d.date.y, time.Month(d.date.m), d.date.d+1, 0, 0, 0, 0, loc)
+			if end.After(cutoff) {
+				continue
+			}
+			if err := os.RemoveAll(d.dir); err != nil {
+				return removed, fmt.Errorf("remove %s: %w", d.dir, err)
+			}
+			s.cache.forget(d.index())
+			rel, _ := filepath.Rel(s.root, d.dir)
+			removed = append(removed, rel)
+			// Month and year directories left empty; Remove fails on a
+			// non-empty directory, which is what we want.
+			month := filepath.Dir(d.dir)
+			if os.Remove(month) == nil {
+				_ = os.Remove(filepath.Dir(month))
+			}
+		}
+	}
+	return removed, nil
+}
+
+// Warm reads the summary of every day's index, oldest first, so that the
+// newest days' lines are the ones left in memory.
+func (s *Store) Warm(ctx context.Context) error {
+	tenants, err := s.tenants()
+	if err != nil {
+		return err
+	}
+	all := filter{fromMS: math.MinInt64, upper: pos{math.MaxInt64, idMax}}
+	for _, t := range tenants {
+		days, err := s.listDays(t, date{}, date{})
+		if err != nil {
+			return err
+		}
+		for i := len(days) - 1; i >= 0; i-- {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if _, err := s.cache.view(days[i].index(), &all, false); err != nil {
+				return fmt.Errorf("read index %s %s: %w", t, days[i].date, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,325 @@
+package cdr
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Defaults and limits.
+const (
+	// DefaultLimit is the page size when Query.Limit is zero.
+	DefaultLimit = 100
+	// MaxLimit is the largest accepted Query.Limit.
+	MaxLimit = 1000
+	// DefaultCacheEntries bounds how many parsed index lines List keeps in
+	// memory across all days.
+	DefaultCacheEntries = 300_000
+	// DefaultRecentDays is how many of each tenant's newest days startup
+	// recovery checks in full (stray files, torn and missing index lines).
+	DefaultRecentDays = 3
+	// SweepInterval is the retention janitor's period.
+	SweepInterval = 24 * time.Hour
+
+	cdrDir      = "cdr"
+	inflightDir = "inflight"
+	recordExt   = ".json"
+	tmpExt      = ".tmp"
+	dirMode     = 0o750
+	fileMode    = 0o640
+)
+
+// Options configures a Store.
+type Options struct {
+	// DataDir is the PBX data directory; records live under
+	// <DataDir>/<tenant>/cdr/.
+	DataDir string
+	// Location returns the tenant's time zone, which decides the day
+	// directory of a record (the tenant's local date of its start). Nil, or a
+	// nil result, means the host's zone.
+	Location func(tenant string) *time.Location
+	// Retention: day directories older than this are removed by the janitor.
+	// Zero keeps records forever.
+	Retention time.Duration
+	// Now is the clock; nil means time.Now. Tests inject one.
+	Now func() time.Time
+	// CursorKey authenticates cursors. Nil uses a built-in key, which still
+	// detects damaged and edited cursors but not forged ones; a key from
+	// configuration keeps cursors valid across restarts while refusing
+	// forgeries.
+	CursorKey []byte
+	// CacheEntries bounds the parsed index lines kept in memory; zero means
+	// DefaultCacheEntries.
+	CacheEntries int
+	// RecentDays is how many newest days per tenant Recover checks in full;
+	// zero means DefaultRecentDays.
+	RecentDays int
+}
+
+// Store writes, recovers, expires and lists the call records of every
+// tenant under one data directory. It is safe for concurrent use.
+type Store struct {
+	opts Options
+	log  *slog.Logger
+	root string
+
+	locks sync.Map // index path -> *sync.Mutex serialising appends and rewrites
+	cache *dayCache
+}
+
+// New returns a Store over opts.DataDir. It creates nothing on disk.
+func New(opts Options, log *slog.Logger) (*Store, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("cdr: data directory not set")
+	}
+	if opts.Retention < 0 {
+		return nil, fmt.Errorf("cdr: negative retention %v", opts.Retention)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.CacheEntries <= 0 {
+		opts.CacheEntries = DefaultCacheEntries
+	}
+	if opts.RecentDays <= 0 {
+		opts.RecentDays = DefaultRecentDays
+	}
+	if len(opts.CursorKey) == 0 {
+		opts.CursorKey = []byte("pbx cdr cursor v1")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	root, err := filepath.Abs(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("cdr: data directory: %w", err)
+	}
+	return &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries)}, nil
+}
+
+func (s *Store) location(tenant string) *time.Location {
+	if s.opts.Location != nil {
+		if l := s.opts.Location(tenant); l != nil {
+			return l
+		}
+	}
+	return time.Local
+}
+
+func (s *Store) tenantDir(tenant string) string {
+	return filepath.Join(s.root, tenant, cdrDir)
+}
+
+func (s *Store) inflightDir(tenant string) string {
+	return filepath.Join(s.root, tenant, cdrDir, inflightDir)
+}
+
+// dayDir is the day directory of a record of tenant that started at t.
+func (s *Store) dayDir(tenant string, t time.Time) string {
+	return s.dayDirOf(tenant, dateOf(t.In(s.location(tenant))))
+}
+
+func (s *Store) dayDirOf(tenant string, d date) string {
+	return filepath.Join(s.tenantDir(tenant), d.path())
+}
+
+// MarkerPath is where the in-flight marker of a record lives.
+func (s *Store) MarkerPath(tenant string, id ID) string {
+	return filepath.Join(s.inflightDir(tenant), string(id)+recordExt)
+}
+
+// RecordPath is where a record of tenant with id that started at start is
+// committed.
+func (s *Store) RecordPath(tenant string, id ID, start time.Time) string {
+	return filepath.Join(s.dayDir(tenant, start), string(id)+recordExt)
+}
+
+// Answered writes (or rewrites) the in-flight marker of an answered call:
+// the record so far, under <tenant>/cdr/inflight/<id>.json, atomically. If
+// the process dies before Commit, Recover promotes the marker to an
+// incomplete record.
+func (s *Store) Answered(r *Record) error {
+	if err := r.validate(false); err != nil {
+		return err
+	}
+	n := r.normalize()
+	dir := s.inflightDir(n.Tenant)
+	if err := ensureDir(dir); err != nil {
+		return fmt.Errorf("marker directory: %w", err)
+	}
+	data, err := json.Marshal(&n)
+	if err != nil {
+		return fmt.Errorf("encode marker %s: %w", n.ID, err)
+	}
+	if err := writeAtomic(filepath.Join(dir, string(n.ID)+recordExt), append(data, '\n')); err != nil {
+		return fmt.Errorf("write marker %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// Commit writes the final record of a call, answered or not: one write of
+// <id>.json.tmp in the day directory, one fsync, one rename to <id>.json, an
+// fsync of the directory, then one index line appended to the day's
+// index.jsonl, then the in-flight marker (if any) removed. The index line is
+// appended before the marker goes so that a crash between the two leaves a
+// marker whose record is committed, which recovery repairs; a crash after
+// the rename and before the append of an unanswered call leaves a record
+// without its line, which recovery of the newest days and repair add.
+func (s *Store) Commit(r *Record) error {
+	if err := r.validate(true); err != nil {
+		return err
+	}
+	n := r.normalize()
+	return s.commit(&n)
+}
+
+func (s *Store) commit(n *Record) error {
+	dir := s.dayDir(n.Tenant, n.Start)
+	final := filepath.Join(dir, string(n.ID)+recordExt)
+	if _, err := os.Lstat(final); err == nil {
+		return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+	}
+	if err := ensureDir(dir); err != nil {
+		return fmt.Errorf("day directory: %w", err)
+	}
+	data, err := json.Marshal(n)
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", n.ID, err)
+	}
+	if err := writeAtomic(final, append(data, '\n')); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	e := n.Entry()
+	if err := s.appendIndex(dir, e.AppendLine(nil)); err != nil {
+		return fmt.Errorf("index record %s: %w", n.ID, err)
+	}
+	if err := os.Remove(s.MarkerPath(n.Tenant, n.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove marker %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+func (s *Store) indexLock(path string) *sync.Mutex {
+	if m, ok := s.locks.Load(path); ok {
+		return m.(*sync.Mutex)
+	}
+	m, _ := s.locks.LoadOrStore(path, new(sync.Mutex))
+	return m.(*sync.Mutex)
+}
+
+// appendIndex appends complete lines to dir's index under the file's lock,
+// in one O_APPEND write. When the file does not end in a newline (a torn
+// line left by a crash) a newline is written first, so the torn fragment
+// stays a line of its own that readers skip and repair removes. A failed
+// write is cut back to the previous size.
+func (s *Store) appendIndex(dir string, lines []byte) error {
+	path := filepath.Join(dir, IndexFile)
+	mu := s.indexLock(path)
+	mu.Lock()
+	defer mu.Unlock()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, fileMode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	if size > 0 {
+		var last [1]byte
+		if _, err := f.ReadAt(last[:], size-1); err != nil {
+			return err
+		}
+		if last[0] != '\n' {
+			lines = append([]byte{'\n'}, lines...)
+		}
+	}
+	if _, err := f.Write(lines); err != nil {
+		_ = f.Truncate(size)
+		return err
+	}
+	return nil
+}
+
+// writeAtomic writes data to path through path+".tmp": write, fsync,
+// rename, fsync of the directory.
+func writeAtomic(path string, data []byte) error {
+	tmp := path + tmpExt
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// ensureDir creates dir and any missing parents, fsyncing each parent whose
+// entries changed so that a new day directory survives a power cut.
+func ensureDir(dir string) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := ensureDir(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, dirMode); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	return syncDir(parent)
+}
+
+// readRecord reads and decodes a record or marker file.
+func readRecord(path string) (*Record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", filepath.Base(path), err)
+	}
+	return &r, nil
+}

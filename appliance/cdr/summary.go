@@ -1,0 +1,193 @@
+package cdr
+
+import "math"
+
+// gramLen is the length of the substrings of from, to and did a day's Bloom
+// filter holds. A number filter of at least gramLen characters can rule out
+// a whole day without reading its lines; a shorter one reads every day in
+// range (short fragments match most days anyway).
+const gramLen = 6
+
+// maxSetValues bounds the distinct trunks or extensions a summary lists;
+// beyond it the set answers "maybe" for every value.
+const maxSetValues = 64
+
+// summary describes one day's index lines well enough to skip the day.
+type summary struct {
+	count, answered int
+	dirMask         uint8
+	minMS, maxMS    int64
+	trunks, exts    valueSet
+	bloom           bloom
+}
+
+func dirBit(d Direction) uint8 {
+	switch d {
+	case Inbound:
+		return 1
+	case Outbound:
+		return 2
+	case Internal:
+		return 4
+	}
+	return 8
+}
+
+func newSummary(es []Entry) summary {
+	s := summary{minMS: math.MaxInt64, maxMS: math.MinInt64}
+	grams := 0
+	for i := range es {
+		grams += gramCount(es[i].From) + gramCount(es[i].To) + gramCount(es[i].DID)
+	}
+	// Room for twice as many substrings as today before a rebuild.
+	s.bloom = newBloom(2 * grams)
+	for i := range es {
+		s.add(&es[i])
+	}
+	return s
+}
+
+func (s *summary) add(e *Entry) {
+	s.count++
+	if e.Answered {
+		s.answered++
+	}
+	s.dirMask |= dirBit(e.Direction)
+	s.minMS = min(s.minMS, e.startMS)
+	s.maxMS = max(s.maxMS, e.startMS)
+	s.trunks.add(e.Trunk)
+	s.exts.add(e.Extension)
+	s.bloom.addGrams(e.From)
+	s.bloom.addGrams(e.To)
+	s.bloom.addGrams(e.DID)
+}
+
+// match reports whether a line of this day may pass f.
+func (s *summary) match(f *filter) bool {
+	if s.count == 0 || s.maxMS < f.fromMS || s.minMS > f.upper.ms {
+		return false
+	}
+	if f.direction != "" && s.dirMask&dirBit(f.direction) == 0 {
+		return false
+	}
+	if f.answered != nil {
+		if *f.answered && s.answered == 0 || !*f.answered && s.answered == s.count {
+			return false
+		}
+	}
+	if f.trunk != "" && !s.trunks.mayHave(f.trunk) {
+		return false
+	}
+	if f.extension != "" && !s.exts.mayHave(f.extension) {
+		return false
+	}
+	if len(f.number) >= gramLen && !s.bloom.mayHaveAll(f.number) {
+		return false
+	}
+	return true
+}
+
+// valueSet is a small exact set that gives up (answers maybe) when large.
+type valueSet struct {
+	vals map[string]struct{}
+	full bool
+}
+
+func (v *valueSet) add(s string) {
+	if v.full {
+		return
+	}
+	if _, ok := v.vals[s]; ok {
+		return
+	}
+	if len(v.vals) >= maxSetValues {
+		v.full, v.vals = true, nil
+		return
+	}
+	if v.vals == nil {
+		v.vals = map[string]struct{}{}
+	}
+	v.vals[s] = struct{}{}
+}
+
+func (v *valueSet) mayHave(s string) bool {
+	if v.full {
+		return true
+	}
+	_, ok := v.vals[s]
+	return ok
+}
+
+// bloom is a Bloom filter of gramLen-byte substrings, 8 bits per expected
+// element and three probes (about 3% false positives per substring; a
+// 10-digit number filter needs five substrings to all collide).
+type bloom struct {
+	bits  []uint64
+	mask  uint64
+	n     int // substrings added
+	limit int // substrings it was sized for
+}
+
+func gramCount(s string) int {
+	if len(s) < gramLen {
+		return 0
+	}
+	return len(s) - gramLen + 1
+}
+
+func newBloom(expected int) bloom {
+	expected = max(expected, 256)
+	m := uint64(1)
+	for m < uint64(expected)*8 {
+		m <<= 1
+	}
+	return bloom{bits: make([]uint64, m/64), mask: m - 1, limit: expected}
+}
+
+// overfull says the filter holds more than it was sized for and should be
+// rebuilt from the lines.
+func (b *bloom) overfull() bool { return b.n > b.limit }
+
+func gramHash(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (b *bloom) set(h uint64) {
+	h1, h2 := h, (h>>32)|1
+	for i := uint64(0); i < 3; i++ {
+		p := (h1 + i*h2) & b.mask
+		b.bits[p>>6] |= 1 << (p & 63)
+	}
+}
+
+func (b *bloom) has(h uint64) bool {
+	h1, h2 := h, (h>>32)|1
+	for i := uint64(0); i < 3; i++ {
+		p := (h1 + i*h2) & b.mask
+		if b.bits[p>>6]&(1<<(p&63)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *bloom) addGrams(s string) {
+	for i := 0; i+gramLen <= len(s); i++ {
+		b.set(gramHash(s[i : i+gramLen]))
+		b.n++
+	}
+}
+
+func (b *bloom) mayHaveAll(s string) bool {
+	for i := 0; i+gramLen <= len(s); i++ {
+		if !b.has(gramHash(s[i : i+gramLen])) {
+			return false
+		}
+	}
+	return true
+}
