@@ -456,11 +456,10 @@ func (h *runHeap) Less(i, j int) bool {
 	return h.items[i].state < h.items[j].state
 }
 func (h *runHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
-func (h *runHeap) Push(x any)   { h.items = append(h.items, x.(*run)) }
+func (h *runHeap) Push(x any)    { h.items = append(h.items, x.(*run)) }
 func (h *runHeap) Pop() any {
 	n := len(h.items)
 	x := h.items[n-1]
 	h.items = h.items[:n-1]
 	return x
 }
-
