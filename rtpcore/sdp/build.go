@@ -135,7 +135,9 @@ func writeAudio(b *bytes.Buffer, p Params) {
 		fmt.Fprintf(b, " %d", p.TelephoneEvent.PayloadType)
 	}
 	if len(p.Codecs) == 0 && p.TelephoneEvent == nil {
-		b.WriteString(" 0") // an m= line needs a format even when rejected
+		// An m= line needs a format even when it carries nothing usable;
+		// an unmapped dynamic type names no codec.
+		b.WriteString(" 96")
 	}
 	b.WriteString("\r\n")
 	for _, c := range p.Codecs {
