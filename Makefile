@@ -1,0 +1,55 @@
+# pbx: build, run, test and package the PBX appliance.
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X pbx/appliance/buildinfo.Version=$(VERSION)
+QUICKSTART := packaging/quickstart
+
+# Debian packages the tests drive as real peers: SIPp plays phones and carriers.
+TEST_DEBS := sip-tester:sipp
+
+.PHONY: all build run test test-go test-deps test-package bench lint package clean
+
+all: build
+
+build:
+	@mkdir -p bin
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pbx ./cmd/pbx
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pbxctl ./cmd/pbxctl
+
+# Runs the PBX on the bundled quickstart configuration: loopback only.
+run: build
+	bin/pbx run --config $(QUICKSTART)
+
+# The whole suite: static checks, package and end-to-end tests against the built
+# binaries, then the package install test.
+test: test-deps lint build test-go
+
+test-go:
+	PBX_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 15m ./...
+
+# Installs, with apt-get, whatever the tests need and is missing. Quiet when present.
+test-deps:
+	@missing=""; for d in $(TEST_DEBS); do pkg=$${d%%:*}; cmd=$${d##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+bench: build
+	PBX_BIN=$(CURDIR)/bin $(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+package: build
+	VERSION='$(VERSION)' packaging/build-packages.sh
+
+test-package: package
+	packaging/test-install.sh
+
+clean:
+	rm -rf bin dist
