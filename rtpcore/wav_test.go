@@ -37,7 +37,7 @@ func wavBytes(format, channels uint16, rate uint32, bits uint16, data []byte, ex
 }
 
 func TestReadWAV(t *testing.T) {
-	samples := []byte{0x01, 0x00, 0xFF, 0xFF, 0x00, 0x80} // 1, -1, -32768
+	samples := []byte{0x01, 0x00, 0xFF, 0xFF, 0x00, 0x80}        // 1, -1, -32768
 	list := append([]byte("LIST"), 3, 0, 0, 0, 'a', 'b', 'c', 0) // odd size, padded
 	tests := []struct {
 		name string
