@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -38,6 +39,7 @@ type Server struct {
 
 	unhandled atomic.Pointer[func(*sip.Response)]
 
+	ready     chan struct{}
 	closeOnce sync.Once
 	runCancel context.CancelFunc
 	runMu     sync.Mutex
@@ -88,7 +90,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
 
-	s := &Server{log: log, opts: opts, userAgent: opts.userAgent()}
+	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{})}
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {
@@ -494,9 +496,48 @@ func (s *Server) Run(ctx context.Context) error {
 		s.closeSockets()
 		return nil
 	})
-	s.log.Info("sip listeners serving", "listeners", s.describe())
+	g.Go(func() error {
+		if s.waitServing(gctx) {
+			s.log.Info("sip listeners serving", "listeners", s.describe())
+			close(s.ready)
+		}
+		return nil
+	})
 	return g.Wait()
 }
+
+// waitServing polls until sipgo knows every UDP listener socket (clients
+// sending from a listener's port find it in the pool only then).
+func (s *Server) waitServing(ctx context.Context) bool {
+	pool := s.ua.TransportLayer().Pool("udp")
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for {
+		all := true
+		for _, b := range s.listeners {
+			if b.udp == nil {
+				continue
+			}
+			c := pool.Get(b.udp.LocalAddr().String())
+			if c == nil {
+				all = false
+				break
+			}
+			c.TryClose()
+		}
+		if all {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+}
+
+// Ready is closed once Run serves every listener.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 func (s *Server) describe() string {
 	parts := make([]string, 0, len(s.listeners))

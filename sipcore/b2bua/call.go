@@ -1,0 +1,710 @@
+package b2bua
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/rtpcore"
+	"pbx/rtpcore/sdp"
+	"pbx/sipcore"
+	"pbx/sipcore/registrar"
+)
+
+// MediaAccess exposes a call's media to recording, voicemail and music on
+// hold.
+type MediaAccess struct {
+	Session *rtpcore.Session
+	Caller  *rtpcore.Leg // the caller's RTP leg
+	Callee  *rtpcore.Leg // the answering leg; nil before answer
+	// PayloadType is the first negotiated codec's payload type.
+	PayloadType uint8
+}
+
+// Call is one call: the caller's dialog, the forked legs and the media.
+type Call struct {
+	m   *Manager
+	id  CallID
+	log *slog.Logger
+
+	caller   *sipgo.DialogServerSession
+	callerEP sipcore.Endpoint
+	callerTx sip.ServerTransaction
+	invite   *sip.Request
+
+	session    *rtpcore.Session
+	callerLeg  *rtpcore.Leg
+	callerOrig *sdp.Origin
+	callerSDP  *sdp.Description // latest offer/answer from the caller
+	codecs     []sdp.Codec      // negotiated with the caller
+	mediaAddr  netip.Addr
+
+	endCh    chan string // end requests (hangup, media timeout, remote BYE)
+	endOnce  sync.Once
+	legCh    chan legEvent
+	forkDone chan struct{} // closed when the fork no longer reads legCh
+	forkOnce sync.Once
+
+	reinvite sync.Mutex // one re-INVITE at a time
+
+	mu         sync.Mutex
+	info       CallInfo
+	target     *Target
+	legs       []*outLeg
+	claimed    *outLeg // the leg whose 2xx won
+	forkClosed bool    // no leg may win any more
+	winner     *outLeg
+	byeBy      *outLeg // side that sent BYE (nil with byeCaller false: none)
+	byeCaller  bool
+}
+
+// closeFork stops legs from winning or reporting.
+func (c *Call) closeFork() {
+	c.mu.Lock()
+	c.forkClosed = true
+	c.mu.Unlock()
+	c.forkOnce.Do(func() { close(c.forkDone) })
+}
+
+// Info returns a snapshot of the call.
+func (c *Call) Info() CallInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snapshotLocked()
+}
+
+func (c *Call) snapshotLocked() CallInfo {
+	in := c.info
+	in.Legs = make([]LegInfo, 0, len(c.legs))
+	for _, l := range c.legs {
+		in.Legs = append(in.Legs, l.info)
+	}
+	return in
+}
+
+// ID returns the call id.
+func (c *Call) ID() CallID { return c.id }
+
+// Media returns the call's media session and legs (taps attach here).
+func (c *Call) Media() MediaAccess {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mediaLocked()
+}
+
+func (c *Call) mediaLocked() MediaAccess {
+	ma := MediaAccess{Session: c.session, Caller: c.callerLeg}
+	if c.winner != nil {
+		ma.Callee = c.winner.media
+	}
+	if len(c.codecs) > 0 {
+		ma.PayloadType = c.codecs[0].PayloadType
+	}
+	return ma
+}
+
+func (c *Call) event(kind EventKind, leg *LegInfo) {
+	c.mu.Lock()
+	ev := Event{Kind: kind, At: time.Now(), Call: c.snapshotLocked(), Leg: leg}
+	if kind == EventCreated || kind == EventAnswered {
+		ev.Media = c.mediaLocked()
+	}
+	c.mu.Unlock()
+	c.m.observe(ev)
+}
+
+// requestEnd asks the call to end; the first reason wins.
+func (c *Call) requestEnd(reason string) {
+	select {
+	case c.endCh <- reason:
+	default:
+	}
+}
+
+func hasToTag(req *sip.Request) bool {
+	to := req.To()
+	if to == nil {
+		return false
+	}
+	_, ok := to.Params.Get("tag")
+	return ok
+}
+
+func respond(tx sip.ServerTransaction, req *sip.Request, code int, reason string) {
+	_ = tx.Respond(sip.NewResponseFromRequest(req, code, reason, nil))
+}
+
+func srcOf(req *sip.Request) netip.AddrPort {
+	ap, _ := netip.ParseAddrPort(req.Source())
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+func localOf(req *sip.Request) netip.AddrPort {
+	if req.Laddr.IP == nil {
+		return netip.AddrPort{}
+	}
+	ip, ok := netip.AddrFromSlice(req.Laddr.IP)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
+}
+
+// handleInvite runs a new call to its end on the INVITE's goroutine (sipgo
+// terminates the transaction when the handler returns), or relays a
+// re-INVITE.
+func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
+	if hasToTag(req) {
+		m.handleReInvite(req, tx)
+		return
+	}
+	src := srcOf(req)
+	var caller Caller
+	trusted := false
+	if m.opts.Identify != nil {
+		var rej *Rejection
+		caller, trusted, rej = m.opts.Identify(req, src)
+		if rej != nil {
+			respond(tx, req, rej.Status, sipReason(rej.Status))
+			return
+		}
+	}
+	if !trusted {
+		if m.opts.Auth == nil {
+			respond(tx, req, sip.StatusForbidden, "Forbidden")
+			return
+		}
+		from := req.From()
+		if from == nil {
+			respond(tx, req, sip.StatusBadRequest, "Bad Request")
+			return
+		}
+		realm := registrar.RealmFor(m.opts.Auth.Directory(), from.Address.Host, req.Recipient.Host)
+		res := m.opts.Auth.Check(req, true, realm)
+		if res.Outcome != registrar.Authorized {
+			if res.Outcome == registrar.Rejected && m.opts.OnAuthFailure != nil {
+				m.opts.OnAuthFailure(src, realm, res.Username)
+			}
+			_ = tx.Respond(m.opts.Auth.Response(req, res, true, realm))
+			return
+		}
+		a := res.Account
+		caller = Caller{Kind: KindEndpoint, Tenant: a.Tenant, Username: a.Username, Extension: a.Extension, DisplayName: a.DisplayName}
+	}
+	if req.Contact() == nil {
+		respond(tx, req, sip.StatusBadRequest, "Missing Contact")
+		return
+	}
+	transport := strings.ToLower(req.Transport())
+	ep, err := m.sip.EndpointForLocal(transport, localOf(req))
+	if err != nil {
+		respond(tx, req, sip.StatusServiceUnavailable, "Service Unavailable")
+		return
+	}
+	dua := &sipgo.DialogUA{Client: ep.Client, ContactHDR: ep.Contact, RewriteContact: rewriteContact(req, transport)}
+	ds, err := dua.ReadInvite(req, tx)
+	if err != nil {
+		respond(tx, req, sip.StatusBadRequest, "Bad Request")
+		return
+	}
+	defer ds.Close()
+
+	now := time.Now()
+	c := &Call{
+		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req,
+		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}),
+	}
+	from := req.From()
+	c.info = CallInfo{
+		ID: c.id, SIPCallID: string(*req.CallID()), DialogID: ds.ID,
+		From: from.Address.User, FromName: from.DisplayName, To: req.Recipient.User,
+		Source: src.String(), Caller: caller, Tenant: caller.Tenant, State: StateRouting, Start: now,
+	}
+	if c.info.To == "" {
+		if to := req.To(); to != nil {
+			c.info.To = to.Address.User
+		}
+	}
+	c.log = m.log.With("call", string(c.id), "sip_call_id", c.info.SIPCallID)
+	if !m.addCall(c) {
+		_ = ds.Respond(sip.StatusServiceUnavailable, "Service Unavailable", nil)
+		return
+	}
+	defer m.removeCall(c)
+	m.addDialog(ds.ID, dialogRef{call: c})
+	c.run(req, src, transport)
+}
+
+// rewriteContact: send in-dialog requests to the packet source instead of
+// the Contact over TCP (the caller's connection) and when the Contact
+// reveals NAT.
+func rewriteContact(req *sip.Request, transport string) bool {
+	if transport != sipcore.TransportUDP {
+		return true
+	}
+	ct := req.Contact()
+	if ct == nil {
+		return true
+	}
+	src := srcOf(req)
+	ip, err := netip.ParseAddr(ct.Address.Host)
+	if err != nil {
+		return true
+	}
+	if src.Addr().IsPrivate() || src.Addr().IsLoopback() {
+		return false
+	}
+	port := ct.Address.Port
+	if port == 0 {
+		port = 5060
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(port)) != src
+}
+
+func sipReason(code int) string {
+	switch code {
+	case 403:
+		return "Forbidden"
+	case 404:
+		return "Not Found"
+	case 408:
+		return "Request Timeout"
+	case 480:
+		return "Temporarily Unavailable"
+	case 486:
+		return "Busy Here"
+	case 487:
+		return "Request Terminated"
+	case 488:
+		return "Not Acceptable Here"
+	case 500:
+		return "Server Internal Error"
+	case 503:
+		return "Service Unavailable"
+	case 600:
+		return "Busy Everywhere"
+	case 603:
+		return "Decline"
+	}
+	return "Error"
+}
+
+// fail answers the caller with a final error before answer and ends the
+// call record.
+func (c *Call) fail(status int, cause, reason string) {
+	if err := c.caller.Respond(status, sipReason(status), nil); err != nil {
+		c.log.Debug("final response to caller", "status", status, "err", err)
+	}
+	c.finish(cause, status, reason)
+}
+
+// finish records the end and emits the ended event (once).
+func (c *Call) finish(cause string, status int, reason string) {
+	c.endOnce.Do(func() {
+		c.mu.Lock()
+		w := c.winner
+		var wl *LegInfo
+		if w != nil {
+			if w.info.End.IsZero() {
+				w.info.End = time.Now()
+			}
+			li := w.info
+			wl = &li
+		}
+		c.info.State = StateEnded
+		c.info.End = time.Now()
+		c.info.Cause = cause
+		c.info.SIPStatus = status
+		c.info.Reason = reason
+		c.mu.Unlock()
+		if c.session != nil {
+			_ = c.session.Close()
+		}
+		c.log.Info("call ended", "cause", cause, "sip_status", status, "reason", reason)
+		if wl != nil {
+			c.event(EventLegEnded, wl)
+		}
+		c.event(EventEnded, nil)
+	})
+}
+
+func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
+	_ = c.caller.Respond(sip.StatusTrying, "Trying", nil)
+	if len(req.Body()) == 0 {
+		c.event(EventCreated, nil)
+		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no sdp offer")
+		return
+	}
+	offer, err := sdp.Parse(req.Body())
+	if err != nil {
+		c.event(EventCreated, nil)
+		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
+		return
+	}
+	codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
+	if err != nil {
+		c.event(EventCreated, nil)
+		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+		return
+	}
+	c.codecs, c.callerSDP = codecs, offer
+
+	from := req.From()
+	in := &Inbound{
+		ID: c.id, SIPCallID: c.info.SIPCallID, Caller: c.info.Caller,
+		From: from.Address, FromName: from.DisplayName, To: req.To().Address, RequestURI: req.Recipient,
+		Source: src, Transport: transport, Request: req,
+	}
+	dec := c.m.opts.Router.Route(c.caller.Context(), in)
+	if dec.Target != nil {
+		mt := dec.Target.Meta
+		c.mu.Lock()
+		if mt.Tenant != "" {
+			c.info.Tenant = mt.Tenant
+		}
+		c.info.Direction, c.info.Extension, c.info.DID, c.info.Trunk, c.info.Meta = mt.Direction, mt.Extension, mt.DID, mt.Trunk, mt
+		c.mu.Unlock()
+	}
+	if dec.Reject != nil || dec.Target == nil {
+		rej := dec.Reject
+		if rej == nil {
+			rej = &Rejection{Status: sip.StatusNotFound, Cause: CauseNoRoute}
+		}
+		c.event(EventCreated, nil)
+		reason := rej.Cause
+		if rej.Err != nil {
+			reason = rej.Err.Error()
+			c.log.Info("call rejected", "status", rej.Status, "cause", rej.Cause, "err", rej.Err)
+		}
+		c.fail(rej.Status, rej.Cause, reason)
+		return
+	}
+	target := dec.Target
+
+	c.mediaAddr = c.m.opts.Media.AdvertisedAddr()
+	if !c.mediaAddr.IsValid() || c.mediaAddr.IsUnspecified() {
+		if ip, err := netip.ParseAddr(c.callerEP.Host); err == nil {
+			c.mediaAddr = ip
+		} else {
+			c.mediaAddr = netip.MustParseAddr("127.0.0.1")
+		}
+	}
+	sess, err := c.m.opts.Media.NewSession(rtpcore.SessionOptions{
+		ID:        string(c.id),
+		OnTimeout: func(*rtpcore.Session, time.Duration) { c.requestEnd("media timeout") },
+	})
+	if err == nil {
+		c.session = sess
+		c.callerLeg, err = sess.NewLeg("caller")
+	}
+	if err != nil {
+		c.log.Warn("media session", "err", err)
+		c.event(EventCreated, nil)
+		c.fail(sip.StatusServiceUnavailable, CauseError, "no media ports")
+		return
+	}
+	c.callerLeg.SetRemote(offer.AudioAddr())
+	c.callerOrig = sdp.NewOrigin()
+	c.callerOrig.Username = c.m.sip.UserAgent()
+
+	c.event(EventCreated, nil)
+	if len(target.Legs) == 0 {
+		c.fail(sip.StatusTemporarilyUnavailable, CauseNoAnswer, "no contacts registered")
+		return
+	}
+	c.fork(target)
+}
+
+// fork starts every leg and drives the call until it is answered and ended,
+// or fails.
+func (c *Call) fork(target *Target) {
+	ringTimeout := target.RingTimeout
+	if ringTimeout <= 0 {
+		ringTimeout = c.m.opts.RingTimeout
+	}
+	c.mu.Lock()
+	c.target = target
+	c.mu.Unlock()
+	var legsWG sync.WaitGroup
+	defer legsWG.Wait()
+	defer c.closeFork()
+	for i, lt := range target.Legs {
+		l, err := c.newLeg(i, lt, target, ringTimeout)
+		if err != nil {
+			c.log.Warn("leg not started", "target", lt.Name, "err", err)
+			now := time.Now()
+			c.mu.Lock()
+			c.legs = append(c.legs, &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: CauseError}})
+			c.mu.Unlock()
+			continue
+		}
+		c.mu.Lock()
+		c.legs = append(c.legs, l)
+		c.mu.Unlock()
+		legsWG.Add(1)
+		go func() {
+			defer legsWG.Done()
+			l.run()
+		}()
+	}
+	pending := 0
+	c.mu.Lock()
+	for _, l := range c.legs {
+		if l.cancel != nil {
+			pending++
+		}
+	}
+	c.mu.Unlock()
+
+	cancelAll := func(except *outLeg) {
+		c.mu.Lock()
+		for _, l := range c.legs {
+			if l != except && l.cancel != nil {
+				l.cancel()
+			}
+		}
+		c.mu.Unlock()
+	}
+	ring := time.NewTimer(ringTimeout)
+	defer ring.Stop()
+	ringing := false
+	var early *outLeg
+	var finals []int
+
+	for pending > 0 {
+		select {
+		case ev := <-c.legCh:
+			switch ev.kind {
+			case legProgress:
+				if ev.sdp != nil && early == nil {
+					early = ev.leg
+					_ = c.session.Bridge(c.callerLeg, ev.leg.media)
+					body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), ev.sdp.Codecs, "")
+					if err == nil {
+						_ = c.caller.Respond(sip.StatusSessionInProgress, "Session Progress", body, sip.NewHeader("Content-Type", "application/sdp"))
+					}
+				} else if !ringing {
+					_ = c.caller.Respond(sip.StatusRinging, "Ringing", nil)
+				}
+				if !ringing {
+					ringing = true
+					c.mu.Lock()
+					c.info.State = StateRinging
+					c.mu.Unlock()
+					c.event(EventRinging, nil)
+				}
+			case legAnswered:
+				c.closeFork()
+				cancelAll(ev.leg)
+				if c.answer(ev.leg, ev.sdp) {
+					// Wait for the cancelled legs before returning, so the
+					// caller goroutine owns every leg until the end.
+					c.waitEnd()
+				}
+				return
+			case legFailed:
+				pending--
+				finals = append(finals, ev.status)
+			}
+		case <-ring.C:
+			c.closeFork()
+			cancelAll(nil)
+			c.fail(sip.StatusTemporarilyUnavailable, CauseNoAnswer, "ring timeout")
+			return
+		case <-c.caller.Context().Done():
+			c.closeFork()
+			cancelAll(nil)
+			c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+			return
+		case why := <-c.endCh:
+			c.closeFork()
+			cancelAll(nil)
+			c.fail(sip.StatusTemporarilyUnavailable, CauseCancelled, why)
+			return
+		}
+	}
+	c.closeFork()
+	status, cause := bestFailure(finals)
+	c.fail(status, cause, "no leg answered")
+}
+
+// bestFailure picks the caller's final answer when every leg failed.
+func bestFailure(finals []int) (int, string) {
+	if len(finals) == 0 {
+		return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+	}
+	busy, decline := 0, false
+	for _, s := range finals {
+		switch s {
+		case sip.StatusBusyHere, statusBusyEverywhere:
+			busy++
+		case statusDecline:
+			decline = true
+		}
+	}
+	switch {
+	case busy == len(finals):
+		return sip.StatusBusyHere, CauseBusy
+	case decline:
+		return statusDecline, CauseRejected
+	case busy > 0:
+		return sip.StatusBusyHere, CauseBusy
+	}
+	for _, s := range finals {
+		if s == sip.StatusRequestTimeout || s == sip.StatusTemporarilyUnavailable || s == sip.StatusRequestTerminated {
+			return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+		}
+	}
+	s := finals[0]
+	if s < 400 || s > 699 {
+		s = sip.StatusTemporarilyUnavailable
+	}
+	return s, CauseFailed
+}
+
+// answer connects the caller with the winning leg. It returns false when
+// the caller could not be answered (the call is over).
+func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
+	now := time.Now()
+	c.mu.Lock()
+	c.winner = w
+	c.info.State = StateAnswered
+	c.info.Answer = now
+	c.info.AnsweredBy = w.target.Extension
+	li := w.info
+	c.mu.Unlock()
+
+	if answerSDP != nil {
+		w.media.SetRemote(answerSDP.AudioAddr())
+	}
+	if err := c.session.Bridge(c.callerLeg, w.media); err != nil {
+		c.log.Warn("bridge", "err", err)
+	}
+	answerCodecs := c.codecs
+	dir := sdp.Direction("")
+	if answerSDP != nil && len(answerSDP.Codecs) > 0 {
+		answerCodecs = answerSDP.Codecs
+	}
+	body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), answerCodecs, dir)
+	if err != nil {
+		body, _, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), c.codecs, dir)
+	}
+	if err != nil {
+		c.log.Warn("answer sdp", "err", err)
+	}
+	// The call-record writer puts its marker down before the caller hears
+	// the answer.
+	c.event(EventAnswered, &li)
+	c.log.Info("call answered", "by", w.target.Name)
+
+	if err := c.caller.RespondSDP(body); err != nil {
+		c.log.Warn("caller did not confirm the answer", "err", err)
+		c.hangupWinner()
+		c.finish(CauseAnswered, sip.StatusOK, "no ack from caller")
+		return false
+	}
+	if c.m.opts.MediaTimeout > 0 {
+		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	}
+	return true
+}
+
+// waitEnd waits for either side to hang up (or Hangup, media timeout,
+// shutdown) and tears the call down.
+func (c *Call) waitEnd() {
+	var reason string
+	select {
+	case reason = <-c.endCh:
+	case <-c.caller.Context().Done():
+		reason = "caller hung up"
+	case <-c.winnerDone():
+		reason = "callee hung up"
+	}
+	c.mu.Lock()
+	byCaller, byLeg := c.byeCaller, c.byeBy
+	c.mu.Unlock()
+	switch {
+	case byCaller:
+		reason = "caller hung up"
+		c.hangupWinner()
+	case byLeg != nil:
+		reason = "callee hung up"
+		c.hangupCaller()
+	default:
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); c.hangupCaller() }()
+		go func() { defer wg.Done(); c.hangupWinner() }()
+		wg.Wait()
+	}
+	c.finish(CauseAnswered, sip.StatusOK, reason)
+}
+
+func (c *Call) winnerDone() <-chan struct{} {
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w == nil || w.dialog == nil {
+		return nil
+	}
+	return w.dialog.Context().Done()
+}
+
+func (c *Call) hangupCaller() {
+	if c.caller.LoadState() == sip.DialogStateEnded {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	ct := c.caller.InviteRequest.Contact()
+	bye := sip.NewRequest(sip.BYE, ct.Address)
+	c.m.sip.DecorateRequest(bye)
+	if err := c.caller.WriteBye(ctx, bye); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Debug("bye to caller", "err", err)
+	}
+}
+
+func (c *Call) hangupWinner() {
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w != nil {
+		w.bye()
+	}
+}
+
+// markBye records which side hung up (called from the BYE handler).
+func (c *Call) markBye(leg *outLeg) {
+	c.mu.Lock()
+	if !c.byeCaller && c.byeBy == nil {
+		if leg == nil {
+			c.byeCaller = true
+		} else {
+			c.byeBy = leg
+		}
+	}
+	c.mu.Unlock()
+	c.requestEnd("bye")
+}
+
+func (c *Call) setHoldState(hold bool) {
+	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
+		return
+	}
+	if hold {
+		c.session.SetMediaTimeout(0)
+	} else {
+		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	}
+}
+
+func errorIsTimeout(err error) bool {
+	return errors.Is(err, sip.ErrTransactionTimeout) || errors.Is(err, context.DeadlineExceeded)
+}

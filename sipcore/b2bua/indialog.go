@@ -1,0 +1,228 @@
+package b2bua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/rtpcore/sdp"
+)
+
+var errNoAnswer = errors.New("no answer to re-invite")
+
+func (m *Manager) handleAck(req *sip.Request, tx sip.ServerTransaction) {
+	ref, ok := m.lookupDialog(req)
+	if !ok || ref.leg != nil {
+		return
+	}
+	if err := ref.call.caller.ReadAck(req, tx); err != nil {
+		m.log.Debug("ack does not match the dialog", "err", err)
+	}
+}
+
+func (m *Manager) handleBye(req *sip.Request, tx sip.ServerTransaction) {
+	ref, ok := m.lookupDialog(req)
+	if !ok {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	c := ref.call
+	c.markBye(ref.leg)
+	var err error
+	if ref.leg == nil {
+		err = c.caller.ReadBye(req, tx)
+	} else if d := ref.leg.dialog; d != nil {
+		err = d.ReadBye(req, tx)
+	}
+	if err != nil {
+		c.log.Debug("bye", "err", err)
+		respond(tx, req, sip.StatusOK, "OK")
+	}
+}
+
+func (m *Manager) handleCancel(req *sip.Request, tx sip.ServerTransaction) {
+	// Matched CANCELs are answered by the transaction layer.
+	respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+}
+
+// handleInDialog answers INFO, UPDATE and in-dialog OPTIONS.
+func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
+	if !hasToTag(req) {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if _, ok := m.lookupDialog(req); !ok {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if req.Method == sip.UPDATE && len(req.Body()) > 0 {
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	if req.Method == sip.OPTIONS {
+		res.AppendHeader(sip.NewHeader("Allow", m.sip.Allow()))
+		res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
+	}
+	_ = tx.Respond(res)
+}
+
+// handleReInvite relays a re-INVITE (hold, resume, refresh) to the other
+// side of the call with the PBX's SDP, direction preserved, and answers with
+// the PBX's SDP reflecting the other side's answer.
+func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
+	ref, ok := m.lookupDialog(req)
+	if !ok {
+		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	c := ref.call
+	var err error
+	if ref.leg == nil {
+		err = c.caller.ReadRequest(req, tx)
+	} else {
+		err = ref.leg.dialog.ReadRequest(req, tx)
+	}
+	if err != nil {
+		res := sip.NewResponseFromRequest(req, sip.StatusInternalServerError, "Server Internal Error", nil)
+		res.AppendHeader(sip.NewHeader("Retry-After", "1"))
+		_ = tx.Respond(res)
+		return
+	}
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w == nil || !c.reinvite.TryLock() {
+		respond(tx, req, sip.StatusRequestPending, "Request Pending")
+		return
+	}
+	defer c.reinvite.Unlock()
+
+	fromCaller := ref.leg == nil
+	fromMedia, fromOrigin, toMedia, toOrigin := c.callerLeg, c.callerOrig, w.media, w.origin
+	ep := c.callerEP
+	if !fromCaller {
+		fromMedia, fromOrigin, toMedia, toOrigin = w.media, w.origin, c.callerLeg, c.callerOrig
+		ep = w.ep
+	}
+
+	if len(req.Body()) == 0 {
+		// A refresh without offer: offer our current description; the
+		// answer in the ACK changes nothing we relay.
+		body := fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.codecs, "")
+		c.respondSDP(tx, req, body, ep.Contact)
+		return
+	}
+	offer, err := sdp.Parse(req.Body())
+	if err != nil {
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	common, err := sdp.Negotiate(offer, c.codecs)
+	if err != nil {
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	fromMedia.SetRemote(offer.AudioAddr())
+
+	relayOffer := toOrigin.Offer(c.mediaAddr, toMedia.Port(), common, offer.Direction)
+	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
+	defer cancel()
+	status, answer, err := c.sendReInvite(ctx, !fromCaller, w, relayOffer)
+	if err != nil {
+		c.log.Warn("re-invite not relayed", "err", err)
+		respond(tx, req, sip.StatusServiceUnavailable, "Service Unavailable")
+		return
+	}
+	if status < 200 || status > 299 {
+		respond(tx, req, status, sipReason(status))
+		return
+	}
+	dir := sdp.Direction("")
+	codecs := common
+	if answer != nil {
+		toMedia.SetRemote(answer.AudioAddr())
+		dir = answer.Direction
+		if len(answer.Codecs) > 0 {
+			codecs = answer.Codecs
+		}
+	}
+	body, _, err := fromOrigin.Answer(offer, c.mediaAddr, fromMedia.Port(), codecs, dir)
+	if err != nil {
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	c.setHoldState(offer.Hold() || (answer != nil && answer.Hold()))
+	c.respondSDP(tx, req, body, ep.Contact)
+}
+
+func (c *Call) respondSDP(tx sip.ServerTransaction, req *sip.Request, body []byte, contact sip.ContactHeader) {
+	res := sip.NewSDPResponseFromRequest(req, body)
+	res.AppendHeader(sip.HeaderClone(&contact))
+	if err := tx.Respond(res); err != nil {
+		c.log.Debug("answer re-invite", "err", err)
+	}
+}
+
+// sendReInvite sends a re-INVITE with body to the caller (toCaller) or to
+// the winning leg, ACKs a 2xx and returns the final status and answer.
+func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body []byte) (int, *sdp.Description, error) {
+	var res *sip.Response
+	var err error
+	var uri sip.Uri
+	if toCaller {
+		uri = c.caller.InviteRequest.Contact().Address
+		req := c.newInDialogInvite(uri, body)
+		res, err = c.caller.Do(ctx, req)
+		if err == nil && res.IsSuccess() {
+			ack := sip.NewRequest(sip.ACK, uri)
+			if werr := c.caller.WriteRequest(ack); werr != nil {
+				c.log.Debug("ack re-invite", "err", werr)
+			}
+		}
+	} else {
+		d := w.dialog
+		uri = d.InviteRequest.Recipient
+		if ct := d.InviteResponse.Contact(); ct != nil {
+			uri = ct.Address
+		}
+		req := c.newInDialogInvite(uri, body)
+		if w.target.Destination.IsValid() {
+			req.SetDestination(w.target.Destination.String())
+		}
+		res, err = d.Do(ctx, req)
+		if err == nil && res.IsSuccess() {
+			ack := sip.NewRequest(sip.ACK, uri)
+			if w.target.Destination.IsValid() {
+				ack.SetDestination(w.target.Destination.String())
+			}
+			if werr := d.WriteAck(ctx, ack); werr != nil {
+				c.log.Debug("ack re-invite", "err", werr)
+			}
+		}
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if res == nil {
+		return 0, nil, errNoAnswer
+	}
+	if !res.IsSuccess() {
+		return res.StatusCode, nil, nil
+	}
+	ans, perr := sdp.Parse(res.Body())
+	if perr != nil {
+		return res.StatusCode, nil, fmt.Errorf("answer sdp: %w", perr)
+	}
+	return res.StatusCode, ans, nil
+}
+
+func (c *Call) newInDialogInvite(uri sip.Uri, body []byte) *sip.Request {
+	req := sip.NewRequest(sip.INVITE, uri)
+	c.m.sip.DecorateRequest(req)
+	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	req.SetBody(body)
+	return req
+}

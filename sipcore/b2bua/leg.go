@@ -1,0 +1,342 @@
+package b2bua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/rtpcore"
+	"pbx/rtpcore/sdp"
+	"pbx/sipcore"
+)
+
+type legEventKind int
+
+const (
+	legProgress legEventKind = iota + 1
+	legAnswered
+	legFailed
+)
+
+type legEvent struct {
+	kind   legEventKind
+	leg    *outLeg
+	status int
+	sdp    *sdp.Description
+}
+
+// outLeg is one forked INVITE toward a callee.
+type outLeg struct {
+	call   *Call
+	idx    int
+	target LegTarget
+	ep     sipcore.Endpoint
+	log    *slog.Logger
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timeout time.Duration
+
+	media  *rtpcore.Leg
+	origin *sdp.Origin
+	dialog *sipgo.DialogClientSession
+
+	byeOnce sync.Once
+
+	info LegInfo // guarded by call.mu
+}
+
+func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Duration) (*outLeg, error) {
+	var ep sipcore.Endpoint
+	var err error
+	switch {
+	case lt.ListenerID != "":
+		ep, err = c.m.sip.Endpoint("", lt.ListenerID)
+	case lt.Local.IsValid():
+		ep, err = c.m.sip.EndpointForLocal(lt.Transport, lt.Local)
+	default:
+		ep, err = c.m.sip.Endpoint(lt.Transport, "")
+	}
+	if err != nil {
+		return nil, err
+	}
+	ml, err := c.session.NewLeg(fmt.Sprintf("callee-%d", i+1))
+	if err != nil {
+		return nil, fmt.Errorf("media leg: %w", err)
+	}
+	timeout := lt.Timeout
+	if timeout <= 0 || timeout > ringTimeout {
+		timeout = ringTimeout + lt.Delay
+	}
+	l := &outLeg{
+		call: c, idx: i, target: lt, ep: ep, media: ml, origin: sdp.NewOrigin(), timeout: timeout,
+		log:  c.log.With("leg", i+1, "target", lt.Name),
+		info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: time.Now()},
+	}
+	l.origin.Username = c.m.sip.UserAgent()
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l, nil
+}
+
+func (l *outLeg) send(ev legEvent) {
+	ev.leg = l
+	select {
+	case l.call.legCh <- ev:
+	case <-l.call.forkDone:
+	}
+}
+
+func (l *outLeg) buildInvite(target *Target) *sip.Request {
+	c := l.call
+	lt := l.target
+	req := sip.NewRequest(sip.INVITE, lt.URI)
+	req.SetTransport(strings.ToUpper(l.ep.Transport))
+	if lt.Destination.IsValid() {
+		req.SetDestination(lt.Destination.String())
+	}
+	host := target.CallerID.Host
+	if host == "" {
+		host = target.Meta.Domain
+	}
+	if host == "" {
+		host = l.ep.Host
+	}
+	from := &sip.FromHeader{DisplayName: target.CallerID.DisplayName, Address: sip.Uri{Scheme: "sip", User: target.CallerID.User, Host: host}}
+	from.Params.Add("tag", sip.GenerateTagN(16))
+	toURI := lt.To
+	if toURI.Host == "" {
+		toURI = sip.Uri{Scheme: lt.URI.Scheme, User: lt.URI.User, Host: lt.URI.Host, Port: lt.URI.Port}
+		if target.Meta.Domain != "" {
+			toURI.Host, toURI.Port = target.Meta.Domain, 0
+		}
+	}
+	to := &sip.ToHeader{Address: toURI}
+	req.AppendHeader(from)
+	req.AppendHeader(to)
+	callID := sip.CallIDHeader(sip.GenerateTagN(24) + "@" + l.ep.Host)
+	req.AppendHeader(&callID)
+	req.AppendHeader(sip.HeaderClone(&l.ep.Contact))
+	c.m.sip.DecorateRequest(req)
+	req.AppendHeader(sip.NewHeader("Allow", c.m.sip.Allow()))
+	for _, h := range lt.Headers {
+		req.AppendHeader(h)
+	}
+	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	req.SetBody(l.origin.Offer(c.mediaAddr, l.media.Port(), c.codecs, ""))
+	return req
+}
+
+// run sends the INVITE and follows it to a final answer.
+func (l *outLeg) run() {
+	c := l.call
+	defer func() {
+		if !l.won() {
+			_ = l.media.Close()
+		}
+	}()
+	if d := l.target.Delay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-l.ctx.Done():
+			t.Stop()
+			l.finish(sip.StatusRequestTerminated, CauseCancelled, false)
+			return
+		}
+		l.mu().Lock()
+		l.info.Start = time.Now()
+		l.mu().Unlock()
+	}
+	c.mu.Lock()
+	target := c.target
+	c.mu.Unlock()
+	req := l.buildInvite(target)
+	l.mu().Lock()
+	l.info.SIPCallID = string(*req.CallID())
+	l.mu().Unlock()
+
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	defer cancel()
+	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact}
+	d, err := dua.WriteInvite(ctx, req)
+	if err != nil {
+		l.log.Warn("invite not sent", "err", err)
+		l.finish(sip.StatusServiceUnavailable, CauseError, true)
+		return
+	}
+	l.dialog = d
+	opts := sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
+		if r.IsProvisional() && r.StatusCode > 100 {
+			var desc *sdp.Description
+			if r.StatusCode == sip.StatusSessionInProgress && len(r.Body()) > 0 {
+				if p, err := sdp.Parse(r.Body()); err == nil {
+					desc = p
+					l.media.SetRemote(p.AudioAddr())
+				}
+			}
+			l.send(legEvent{kind: legProgress, sdp: desc})
+		}
+		return nil
+	}}
+	if a := l.target.Auth; a != nil {
+		opts.Username, opts.Password = a.Username, a.Password
+	}
+	for {
+		err = d.WaitAnswer(ctx, opts)
+		// sipgo gives up after ten responses; a bridge sending 180 every
+		// second is normal, so keep waiting.
+		if err != nil && err.Error() == "more than 10 responses received" {
+			continue
+		}
+		break
+	}
+	var dr *sipgo.ErrDialogResponse
+	switch {
+	case err == nil:
+		l.answered(d)
+	case d.InviteResponse != nil && d.InviteResponse.IsSuccess():
+		// A 2xx raced our CANCEL: take the call and drop it at once.
+		l.ackAndBye(d)
+		l.finish(sip.StatusRequestTerminated, CauseCancelled, true)
+	case errors.As(err, &dr):
+		code := dr.Res.StatusCode
+		l.finish(code, legCause(code), true)
+	case l.ctx.Err() != nil:
+		l.finish(sip.StatusRequestTerminated, CauseCancelled, true)
+	case ctx.Err() != nil || errorIsTimeout(err):
+		l.finish(sip.StatusRequestTimeout, CauseNoAnswer, true)
+	default:
+		l.log.Warn("invite failed", "err", err)
+		l.finish(sip.StatusServiceUnavailable, CauseError, true)
+	}
+}
+
+func (l *outLeg) mu() *sync.Mutex { return &l.call.mu }
+
+func (l *outLeg) won() bool {
+	l.mu().Lock()
+	defer l.mu().Unlock()
+	return l.info.Won
+}
+
+func legCause(code int) string {
+	switch code {
+	case sip.StatusBusyHere, statusBusyEverywhere:
+		return CauseBusy
+	case statusDecline, sip.StatusForbidden:
+		return CauseRejected
+	case sip.StatusRequestTerminated:
+		return CauseCancelled
+	case sip.StatusRequestTimeout, sip.StatusTemporarilyUnavailable:
+		return CauseNoAnswer
+	}
+	return CauseFailed
+}
+
+// finish records a leg that did not win and, when report is set, tells the
+// call.
+func (l *outLeg) finish(status int, cause string, report bool) {
+	l.mu().Lock()
+	l.info.End = time.Now()
+	l.info.SIPStatus = status
+	l.info.Cause = cause
+	li := l.info
+	l.mu().Unlock()
+	l.call.event(EventLegEnded, &li)
+	if report {
+		l.send(legEvent{kind: legFailed, status: status})
+	}
+}
+
+// answered handles a 2xx: the first one wins the call, others are dropped.
+func (l *outLeg) answered(d *sipgo.DialogClientSession) {
+	c := l.call
+	var desc *sdp.Description
+	if p, err := sdp.Parse(d.InviteResponse.Body()); err == nil {
+		desc = p
+	}
+	if !c.claim(l) {
+		l.ackAndBye(d)
+		l.finish(sip.StatusOK, CauseCancelled, false)
+		return
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		l.log.Warn("ack", "err", err)
+	}
+	c.m.addDialog(d.ID, dialogRef{call: c, leg: l})
+	l.mu().Lock()
+	l.info.Answer = time.Now()
+	l.info.SIPStatus = sip.StatusOK
+	l.info.Won = true
+	l.info.Cause = CauseAnswered
+	l.mu().Unlock()
+	l.send(legEvent{kind: legAnswered, sdp: desc})
+}
+
+func (l *outLeg) ackAndBye(d *sipgo.DialogClientSession) {
+	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	if err := d.Ack(ctx); err != nil {
+		l.log.Debug("ack late 2xx", "err", err)
+	}
+	l.writeBye(ctx, d)
+}
+
+func (l *outLeg) writeBye(ctx context.Context, d *sipgo.DialogClientSession) {
+	ct := d.InviteResponse.Contact()
+	uri := d.InviteRequest.Recipient
+	if ct != nil {
+		uri = ct.Address
+	}
+	bye := sip.NewRequest(sip.BYE, uri)
+	if l.target.Destination.IsValid() {
+		bye.SetDestination(l.target.Destination.String())
+	}
+	l.call.m.sip.DecorateRequest(bye)
+	if err := d.WriteBye(ctx, bye); err != nil && !errors.Is(err, context.Canceled) {
+		l.log.Debug("bye to callee", "err", err)
+	}
+}
+
+// bye ends the answered leg (once).
+func (l *outLeg) bye() {
+	l.byeOnce.Do(func() {
+		d := l.dialog
+		if d == nil || d.LoadState() == sip.DialogStateEnded {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+		defer cancel()
+		l.writeBye(ctx, d)
+	})
+	l.mu().Lock()
+	if l.info.End.IsZero() {
+		l.info.End = time.Now()
+	}
+	l.mu().Unlock()
+}
+
+// reack re-sends the ACK for a retransmitted 2xx.
+func (l *outLeg) reack() {
+	if d := l.dialog; d != nil {
+		_ = d.Ack(context.Background())
+	}
+}
+
+// claim makes l the winner unless another leg won or the call is over.
+func (c *Call) claim(l *outLeg) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.claimed != nil || c.forkClosed {
+		return false
+	}
+	c.claimed = l
+	return true
+}

@@ -1,0 +1,455 @@
+package registrar_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/db"
+	"pbx/sipcore"
+	"pbx/sipcore/registrar"
+	"pbx/sipcore/siptest"
+)
+
+const (
+	domain = "acme.example"
+	tenant = "acme"
+)
+
+type env struct {
+	srv *sipcore.Server
+	reg *registrar.Registrar
+	dir *siptest.Directory
+	udp netip.AddrPort
+	tcp netip.AddrPort
+}
+
+func newDir() *siptest.Directory {
+	dir := siptest.NewDirectory()
+	dir.AddDomain(tenant, domain)
+	dir.AddAccount(domain, registrar.Account{Username: "alice", Password: "alice-secret", Extension: "101"})
+	dir.AddAccount(domain, registrar.Account{Username: "bob", Password: "bob-secret", Extension: "102", MaxContacts: 2})
+	return dir
+}
+
+func newEnv(t *testing.T, mod func(*registrar.Options)) *env {
+	t.Helper()
+	dir := newDir()
+	srv, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{
+		{ID: "udp", Transport: "udp", BindHost: "127.0.0.1"},
+		{ID: "tcp", Transport: "tcp", BindHost: "127.0.0.1"},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := registrar.NewAuth(registrar.AuthOptions{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := registrar.Options{Auth: auth}
+	if mod != nil {
+		mod(&opts)
+	}
+	reg, err := registrar.New(opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handle(sip.REGISTER, reg.HandleRegister)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		srv.Close()
+	})
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	e := &env{srv: srv, reg: reg, dir: dir}
+	e.udp, _ = srv.Addr("udp")
+	e.tcp, _ = srv.Addr("tcp")
+	return e
+}
+
+func (e *env) phone(t *testing.T, transport, user, password string) *siptest.Phone {
+	pbx := e.udp
+	if transport == "tcp" {
+		pbx = e.tcp
+	}
+	return siptest.NewPhone(t, siptest.Options{Transport: transport, Username: user, Password: password, Domain: domain, PBX: pbx})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRegisterWithDigest(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, tr := range []string{"udp", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			p := e.phone(t, tr, "alice", "alice-secret")
+			res := p.MustRegister(ctxT(t), 600)
+			ct := res.GetHeaders("Contact")
+			if len(ct) != 1 {
+				t.Fatalf("200 lists %d contacts, want 1: %s", len(ct), res)
+			}
+			if !strings.Contains(ct[0].Value(), "expires=600") && !strings.Contains(ct[0].Value(), "expires=599") {
+				t.Fatalf("contact %q lacks expires", ct[0].Value())
+			}
+			if s := res.GetHeader("Server"); s == nil || s.Value() != "pbx" {
+				t.Fatalf("Server header = %v", s)
+			}
+			var found *registrar.Binding
+			for _, b := range e.reg.Lookup(tenant, "101") {
+				if b.Contact == p.Contact() {
+					b := b
+					found = &b
+				}
+			}
+			if found == nil {
+				t.Fatalf("binding for %s not found in %+v", p.Contact(), e.reg.Lookup(tenant, "101"))
+			}
+			if found.Transport != tr || found.Source.Addr() != p.Addr().Addr() || found.Username != "alice" || found.Tenant != tenant {
+				t.Fatalf("binding = %+v", *found)
+			}
+			if tr == "udp" && found.Source != p.Addr() {
+				t.Fatalf("udp source %s, want phone socket %s", found.Source, p.Addr())
+			}
+			tg, ok := found.Target(e.srv.ConnectionOpen)
+			if !ok || (tr == "tcp" && !tg.ViaConnection) {
+				t.Fatalf("target = %+v ok=%v", tg, ok)
+			}
+			// Refresh then un-register this contact.
+			p.MustRegister(ctxT(t), 300)
+			res = p.MustRegister(ctxT(t), 0)
+			if n := len(res.GetHeaders("Contact")); n != 0 {
+				t.Fatalf("after un-register 200 lists %d contacts", n)
+			}
+			for _, b := range e.reg.Lookup(tenant, "101") {
+				if b.Contact == p.Contact() {
+					t.Fatalf("binding still present after Expires: 0")
+				}
+			}
+		})
+	}
+}
+
+func TestChallengeShape(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	res, err := p.Send(ctxT(t), p.RegisterRequest(600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 401 {
+		t.Fatalf("status %d, want 401", res.StatusCode)
+	}
+	hs := res.GetHeaders("WWW-Authenticate")
+	if len(hs) != 2 {
+		t.Fatalf("%d challenges, want 2", len(hs))
+	}
+	if v := hs[0].Value(); !strings.Contains(v, "algorithm=MD5") || !strings.Contains(v, `qop="auth"`) || !strings.Contains(v, `realm="acme.example"`) {
+		t.Fatalf("first challenge %q", v)
+	}
+	if v := hs[1].Value(); !strings.Contains(v, "algorithm=SHA-256") {
+		t.Fatalf("second challenge %q", v)
+	}
+}
+
+var nonceRe = regexp.MustCompile(`nonce="([^"]+)"`)
+
+// authorize builds an Authorization value for the first challenge of res.
+func authorize(t *testing.T, res *sip.Response, req *sip.Request, alg, user, pass string, nc uint32) string {
+	t.Helper()
+	idx := 0
+	if alg == registrar.AlgSHA256 {
+		idx = 1
+	}
+	m := nonceRe.FindStringSubmatch(res.GetHeaders("WWW-Authenticate")[idx].Value())
+	if m == nil {
+		t.Fatalf("no nonce in %s", res)
+	}
+	uri := req.Recipient.String()
+	resp, _ := registrar.DigestResponse(alg, user, domain, pass, "REGISTER", uri, m[1], "auth", nc, "c0ffee")
+	return fmt.Sprintf(`Digest username="%s", realm="%s", nonce="%s", uri="%s", response="%s", algorithm=%s, cnonce="c0ffee", qop=auth, nc=%08x`,
+		user, domain, m[1], uri, resp, alg, nc)
+}
+
+var normalizers = []*regexp.Regexp{
+	regexp.MustCompile(`nonce="[^"]*"`),
+	regexp.MustCompile(`tag=[^;>\r\n]*`),
+	regexp.MustCompile(`branch=[^;\r\n]*`),
+	regexp.MustCompile(`(?m)^Call-ID: .*$`),
+	regexp.MustCompile(`(?m)^CSeq: .*$`),
+	regexp.MustCompile(`(?m)^Date: .*$`),
+}
+
+func normalize(s string, users ...string) string {
+	for _, re := range normalizers {
+		s = re.ReplaceAllString(s, "X")
+	}
+	for _, u := range users {
+		s = strings.ReplaceAll(s, u, "USER")
+	}
+	return s
+}
+
+// attempt sends a REGISTER for user, answers the challenge with password
+// and returns the challenge and the final answer.
+func attempt(t *testing.T, p *siptest.Phone, user, password string) (*sip.Response, *sip.Response) {
+	t.Helper()
+	ctx := ctxT(t)
+	mk := func() *sip.Request {
+		req := p.RegisterRequest(600)
+		aor := sip.Uri{Scheme: "sip", User: user, Host: domain}
+		from := &sip.FromHeader{Address: aor}
+		from.Params.Add("tag", "fixedtag")
+		req.ReplaceHeader(from)
+		req.ReplaceHeader(&sip.ToHeader{Address: aor})
+		cid := sip.CallIDHeader("fixed-call-id")
+		req.AppendHeader(&cid)
+		return req
+	}
+	req := mk()
+	req.AppendHeader(&sip.CSeqHeader{SeqNo: 1, MethodName: sip.REGISTER})
+	chal, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req2 := mk()
+	req2.AppendHeader(&sip.CSeqHeader{SeqNo: 2, MethodName: sip.REGISTER})
+	req2.AppendHeader(sip.NewHeader("Authorization", authorize(t, chal, req2, registrar.AlgMD5, user, password, 1)))
+	final, err := p.Send(ctx, req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return chal, final
+}
+
+func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
+	var failures []string
+	e := newEnv(t, func(o *registrar.Options) {
+		o.OnAuthFailure = func(src netip.AddrPort, d, u string) { failures = append(failures, u) }
+	})
+	p := e.phone(t, "udp", "probe", "x")
+	chalKnown, wrongPass := attempt(t, p, "alice", "not-the-password")
+	chalUnknown, unknownUser := attempt(t, p, "mallory", "whatever")
+	if wrongPass.StatusCode != 403 || unknownUser.StatusCode != 403 {
+		t.Fatalf("statuses %d and %d, want 403 both", wrongPass.StatusCode, unknownUser.StatusCode)
+	}
+	a, b := normalize(chalKnown.String(), "alice", "mallory"), normalize(chalUnknown.String(), "alice", "mallory")
+	if a != b {
+		t.Fatalf("challenges differ:\n%s\n---\n%s", a, b)
+	}
+	a, b = normalize(wrongPass.String(), "alice", "mallory"), normalize(unknownUser.String(), "alice", "mallory")
+	if a != b {
+		t.Fatalf("rejections differ:\n%s\n---\n%s", a, b)
+	}
+	if len(failures) != 2 {
+		t.Fatalf("auth failures reported: %v", failures)
+	}
+	_, ok := attempt(t, p, "alice", "alice-secret")
+	if ok.StatusCode != 200 {
+		t.Fatalf("right password: %d", ok.StatusCode)
+	}
+}
+
+func TestSHA256AndReplay(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	ctx := ctxT(t)
+	req := p.RegisterRequest(600)
+	chal, err := p.Send(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(alg string, nc uint32, uriOverride string) int {
+		r := p.RegisterRequest(600)
+		auth := authorize(t, chal, r, alg, "alice", "alice-secret", nc)
+		if uriOverride != "" {
+			auth = strings.Replace(auth, `uri="`+r.Recipient.String()+`"`, `uri="`+uriOverride+`"`, 1)
+		}
+		r.AppendHeader(sip.NewHeader("Authorization", auth))
+		res, err := p.Send(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.StatusCode
+	}
+	if s := send(registrar.AlgSHA256, 1, ""); s != 200 {
+		t.Fatalf("sha-256: %d", s)
+	}
+	if s := send(registrar.AlgMD5, 2, ""); s != 200 {
+		t.Fatalf("md5 nc=2: %d", s)
+	}
+	if s := send(registrar.AlgMD5, 2, ""); s != 401 {
+		t.Fatalf("replayed nc: %d, want 401 (stale)", s)
+	}
+	if s := send(registrar.AlgMD5, 3, "sip:other.example"); s != 403 {
+		t.Fatalf("digest uri of another request: %d, want 403", s)
+	}
+}
+
+func TestIntervalTooBrief(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	res, err := p.Register(ctxT(t), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 423 || res.GetHeader("Min-Expires") == nil || res.GetHeader("Min-Expires").Value() != "60" {
+		t.Fatalf("got %s", res)
+	}
+	res = p.MustRegister(ctxT(t), 999999)
+	if v := res.GetHeaders("Contact")[0].Value(); !strings.Contains(v, "expires=3600") {
+		t.Fatalf("expiry not clamped: %q", v)
+	}
+}
+
+func registerContact(t *testing.T, p *siptest.Phone, contact string, expires int) *sip.Response {
+	t.Helper()
+	req := p.RegisterRequest(expires)
+	var u sip.Uri
+	if err := sip.ParseUri(contact, &u); err != nil {
+		t.Fatal(err)
+	}
+	req.ReplaceHeader(&sip.ContactHeader{Address: u})
+	res, err := p.SendAuth(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestMaxContactsReplacesSoonestExpiring(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "bob", "bob-secret") // MaxContacts 2
+	for i, exp := range []int{600, 300, 900} {
+		res := registerContact(t, p, fmt.Sprintf("sip:bob@127.0.0.1:%d", 6000+i), exp)
+		if res.StatusCode != 200 {
+			t.Fatalf("register %d: %d", i, res.StatusCode)
+		}
+	}
+	got := map[string]bool{}
+	for _, b := range e.reg.Lookup(tenant, "102") {
+		got[b.Contact] = true
+	}
+	if len(got) != 2 || !got["sip:bob@127.0.0.1:6000"] || !got["sip:bob@127.0.0.1:6002"] {
+		t.Fatalf("bindings %v: want 6000 and 6002 (6001 expired soonest)", got)
+	}
+}
+
+func TestMaxContactsReject(t *testing.T) {
+	e := newEnv(t, func(o *registrar.Options) { o.RejectWhenFull = true })
+	p := e.phone(t, "udp", "bob", "bob-secret")
+	for i := range 2 {
+		if res := registerContact(t, p, fmt.Sprintf("sip:bob@127.0.0.1:%d", 6000+i), 600); res.StatusCode != 200 {
+			t.Fatalf("register %d: %d", i, res.StatusCode)
+		}
+	}
+	if res := registerContact(t, p, "sip:bob@127.0.0.1:6009", 600); res.StatusCode != 403 {
+		t.Fatalf("third contact: %d, want 403", res.StatusCode)
+	}
+	if n := len(e.reg.Lookup(tenant, "102")); n != 2 {
+		t.Fatalf("%d bindings", n)
+	}
+}
+
+func TestWildcardUnregisterAndDrop(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	for i := range 3 {
+		if res := registerContact(t, p, fmt.Sprintf("sip:alice@127.0.0.1:%d", 7000+i), 600); res.StatusCode != 200 {
+			t.Fatalf("register: %d", res.StatusCode)
+		}
+	}
+	if n := len(e.reg.Lookup(tenant, "101")); n != 3 {
+		t.Fatalf("%d bindings, want 3", n)
+	}
+	req := p.RegisterRequest(0)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Wildcard: true}})
+	res, err := p.SendAuth(ctxT(t), req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("wildcard: %v %v", res, err)
+	}
+	if n := len(e.reg.Lookup(tenant, "101")); n != 0 {
+		t.Fatalf("%d bindings after *", n)
+	}
+	bad := p.RegisterRequest(600)
+	bad.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Wildcard: true}})
+	if res, _ := p.SendAuth(ctxT(t), bad); res == nil || res.StatusCode != 400 {
+		t.Fatalf("wildcard without Expires 0: %v", res)
+	}
+	registerContact(t, p, "sip:alice@127.0.0.1:7100", 600)
+	if n := e.reg.Drop(tenant, "101"); n != 1 {
+		t.Fatalf("dropped %d", n)
+	}
+	if len(e.reg.List()) != 0 {
+		t.Fatalf("list not empty after drop")
+	}
+}
+
+func TestRegistrationsSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	store, err := db.Open(dir, db.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(o *registrar.Options) { o.Store = store.Registrations() })
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	p.MustRegister(ctxT(t), 600)
+	if err := e.reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// An expired binding in the store is dropped at load.
+	old := registrar.Binding{Tenant: tenant, Username: "alice", Extension: "101", Contact: "sip:alice@127.0.0.1:1", Expires: time.Now().Add(-time.Minute)}
+	if err := store.Registrations().SaveBindings([]registrar.Binding{old}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	store, err = db.Open(dir, db.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	auth, _ := registrar.NewAuth(registrar.AuthOptions{}, newDir())
+	reg2, err := registrar.New(registrar.Options{Auth: auth, Store: store.Registrations()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := reg2.Lookup(tenant, "101")
+	if len(bs) != 1 || bs[0].Contact != p.Contact() || bs[0].Source != p.Addr() || bs[0].Transport != "udp" {
+		t.Fatalf("restored %+v", bs)
+	}
+	if n, _ := store.Registrations().Count(); n != 1 {
+		t.Fatalf("store holds %d bindings, want 1 (expired removed)", n)
+	}
+}
+
+func TestOptionsOutsideDialog(t *testing.T) {
+	e := newEnv(t, nil)
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	req := sip.NewRequest(sip.OPTIONS, sip.Uri{Scheme: "sip", Host: domain})
+	req.SetDestination(e.udp.String())
+	res, err := p.Send(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || res.GetHeader("Allow") == nil || !strings.Contains(res.GetHeader("Allow").Value(), "REGISTER") || res.GetHeader("Accept") == nil {
+		t.Fatalf("OPTIONS answer: %s", res)
+	}
+}

@@ -1,0 +1,695 @@
+// Package siptest provides SIP test phones built on sipgo: real sockets on
+// loopback that register with digest authentication, place and answer
+// calls, put calls on hold and send and receive RTP. Tests of sipcore and of
+// the composition root drive the PBX through them.
+package siptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+)
+
+// Mode says how a phone answers an incoming INVITE.
+type Mode int
+
+const (
+	// Answer rings, then answers with SDP after Behaviour.Delay.
+	Answer Mode = iota
+	// Ring rings forever (until cancelled).
+	Ring
+	// Reject rings, then answers Behaviour.Status (default 486 Busy Here)
+	// after Behaviour.Delay.
+	Reject
+)
+
+// Behaviour of a phone toward incoming calls.
+type Behaviour struct {
+	Mode   Mode
+	Delay  time.Duration // before the final answer
+	Status int           // for Reject
+	// Codecs the phone accepts when answering (payload types); empty means
+	// the phone's own codecs.
+	Codecs []uint8
+}
+
+// Options configures a Phone.
+type Options struct {
+	Transport string // "udp" (default) or "tcp"
+	Username  string
+	Password  string
+	Domain    string         // SIP domain (To/From host, realm)
+	PBX       netip.AddrPort // where requests go
+	// Codecs are the payload types offered, in order; default PCMU, PCMA.
+	Codecs []uint8
+	Log    *slog.Logger
+}
+
+// Phone is a SIP user agent on a loopback socket.
+type Phone struct {
+	t      testing.TB
+	opts   Options
+	log    *slog.Logger
+	ua     *sipgo.UserAgent
+	srv    *sipgo.Server
+	client *sipgo.Client
+	addr   netip.AddrPort
+	cancel context.CancelFunc
+	served chan struct{}
+
+	contact sip.ContactHeader
+
+	mu        sync.Mutex
+	behaviour Behaviour
+	calls     map[string]*Call // by dialog id
+	incoming  chan *Call
+	regReq    *sip.Request // kept so refreshes reuse Call-ID and CSeq
+}
+
+// NewPhone starts a phone listening on 127.0.0.1 (port 0). It stops when the
+// test ends.
+func NewPhone(t testing.TB, opts Options) *Phone {
+	t.Helper()
+	if opts.Transport == "" {
+		opts.Transport = "udp"
+	}
+	opts.Transport = strings.ToLower(opts.Transport)
+	if len(opts.Codecs) == 0 {
+		opts.Codecs = []uint8{0, 8}
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	p := &Phone{t: t, opts: opts, log: log, calls: map[string]*Call{}, incoming: make(chan *Call, 32), served: make(chan struct{})}
+	ua, err := sipgo.NewUA(sipgo.WithUserAgent(opts.Username), sipgo.WithUserAgentHostname(opts.Domain),
+		sipgo.WithUserAgentTransportLayerOptions(sip.WithTransportLayerLogger(log)),
+		sipgo.WithUserAgentTransactionLayerOptions(sip.WithTransactionLayerLogger(log)))
+	if err != nil {
+		t.Fatalf("phone ua: %v", err)
+	}
+	p.ua = ua
+	p.srv, err = sipgo.NewServer(ua, sipgo.WithServerLogger(log))
+	if err != nil {
+		t.Fatalf("phone server: %v", err)
+	}
+	var serve func() error
+	switch opts.Transport {
+	case "udp":
+		c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatalf("phone listen: %v", err)
+		}
+		p.addr = c.LocalAddr().(*net.UDPAddr).AddrPort()
+		serve = func() error { return p.srv.ServeUDP(c) }
+		p.client, err = sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(int(p.addr.Port())),
+			sipgo.WithClientConnectionAddr(p.addr.String()), sipgo.WithClientLogger(log))
+		if err != nil {
+			t.Fatalf("phone client: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+	case "tcp":
+		ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatalf("phone listen: %v", err)
+		}
+		p.addr = ln.Addr().(*net.TCPAddr).AddrPort()
+		serve = func() error { return p.srv.ServeTCP(ln) }
+		p.client, err = sipgo.NewClient(ua, sipgo.WithClientHostname("127.0.0.1"), sipgo.WithClientPort(int(p.addr.Port())), sipgo.WithClientLogger(log))
+		if err != nil {
+			t.Fatalf("phone client: %v", err)
+		}
+		t.Cleanup(func() { ln.Close() })
+	default:
+		t.Fatalf("phone transport %q", opts.Transport)
+	}
+	p.contact = sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: opts.Username, Host: "127.0.0.1", Port: int(p.addr.Port())}}
+	if opts.Transport == "tcp" {
+		p.contact.Address.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+	}
+	p.srv.OnInvite(p.onInvite)
+	p.srv.OnAck(p.onAck)
+	p.srv.OnBye(p.onBye)
+	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
+	})
+	go func() {
+		defer close(p.served)
+		_ = serve()
+	}()
+	t.Cleanup(p.Close)
+	if opts.Transport == "udp" {
+		// The client sends from the listening socket once sipgo knows it.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			c := ua.TransportLayer().Pool("udp").Get(p.addr.String())
+			if c != nil {
+				c.TryClose()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("phone udp listener not serving")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return p
+}
+
+// Close stops the phone.
+func (p *Phone) Close() {
+	_ = p.ua.Close()
+}
+
+// Addr is the phone's listening address.
+func (p *Phone) Addr() netip.AddrPort { return p.addr }
+
+// Contact is the phone's Contact URI.
+func (p *Phone) Contact() string { return p.contact.Address.String() }
+
+// SetBehaviour changes how the phone answers incoming calls.
+func (p *Phone) SetBehaviour(b Behaviour) {
+	p.mu.Lock()
+	p.behaviour = b
+	p.mu.Unlock()
+}
+
+// Incoming delivers every new incoming call (including those later
+// cancelled).
+func (p *Phone) Incoming() <-chan *Call { return p.incoming }
+
+// WaitIncoming returns the next incoming call or fails the test after d.
+func (p *Phone) WaitIncoming(d time.Duration) *Call {
+	p.t.Helper()
+	select {
+	case c := <-p.incoming:
+		return c
+	case <-time.After(d):
+		p.t.Fatalf("phone %s: no incoming call within %s", p.opts.Username, d)
+		return nil
+	}
+}
+
+func (p *Phone) aor() sip.Uri {
+	return sip.Uri{Scheme: "sip", User: p.opts.Username, Host: p.opts.Domain}
+}
+
+func (p *Phone) newRequest(method sip.RequestMethod, ruri sip.Uri) *sip.Request {
+	req := sip.NewRequest(method, ruri)
+	req.SetDestination(p.opts.PBX.String())
+	req.SetTransport(strings.ToUpper(p.opts.Transport))
+	return req
+}
+
+// RegisterRequest builds a REGISTER for expires seconds (negative: no
+// Expires header) without sending it; the Contact may be replaced.
+func (p *Phone) RegisterRequest(expires int) *sip.Request {
+	req := p.newRequest(sip.REGISTER, sip.Uri{Scheme: "sip", Host: p.opts.Domain})
+	from := &sip.FromHeader{Address: p.aor()}
+	from.Params.Add("tag", sip.GenerateTagN(10))
+	req.AppendHeader(from)
+	req.AppendHeader(&sip.ToHeader{Address: p.aor()})
+	req.AppendHeader(sip.HeaderClone(&p.contact))
+	if expires >= 0 {
+		req.AppendHeader(sip.NewHeader("Expires", strconv.Itoa(expires)))
+	}
+	req.AppendHeader(sip.NewHeader("User-Agent", "siptest"))
+	return req
+}
+
+// Send sends req as is and returns the final response, without
+// authentication.
+func (p *Phone) Send(ctx context.Context, req *sip.Request) (*sip.Response, error) {
+	return p.client.Do(ctx, req)
+}
+
+// SendAuth sends req and answers one 401/407 challenge with the phone's
+// credentials.
+func (p *Phone) SendAuth(ctx context.Context, req *sip.Request) (*sip.Response, error) {
+	res, err := p.client.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode == sip.StatusUnauthorized || res.StatusCode == sip.StatusProxyAuthRequired {
+		return p.client.DoDigestAuth(ctx, req, res, sipgo.DigestAuth{Username: p.opts.Username, Password: p.opts.Password})
+	}
+	return res, nil
+}
+
+// Register registers the phone's Contact for expires seconds and returns
+// the final response. Refreshes reuse the Call-ID.
+func (p *Phone) Register(ctx context.Context, expires int) (*sip.Response, error) {
+	req := p.RegisterRequest(expires)
+	p.mu.Lock()
+	if prev := p.regReq; prev != nil {
+		req.ReplaceHeader(sip.HeaderClone(prev.CallID()))
+		cs := prev.CSeq()
+		req.AppendHeader(&sip.CSeqHeader{SeqNo: cs.SeqNo + 1, MethodName: sip.REGISTER})
+	}
+	p.mu.Unlock()
+	if req.CallID() == nil {
+		cid := sip.CallIDHeader(sip.GenerateTagN(20))
+		req.AppendHeader(&cid)
+	}
+	if req.CSeq() == nil {
+		req.AppendHeader(&sip.CSeqHeader{SeqNo: 1, MethodName: sip.REGISTER})
+	}
+	res, err := p.SendAuth(ctx, req)
+	p.mu.Lock()
+	p.regReq = req
+	p.mu.Unlock()
+	return res, err
+}
+
+// MustRegister registers or fails the test.
+func (p *Phone) MustRegister(ctx context.Context, expires int) *sip.Response {
+	p.t.Helper()
+	res, err := p.Register(ctx, expires)
+	if err != nil {
+		p.t.Fatalf("phone %s register: %v", p.opts.Username, err)
+	}
+	if res.StatusCode != 200 {
+		p.t.Fatalf("phone %s register: %s", p.opts.Username, res.StartLine())
+	}
+	return res
+}
+
+func (p *Phone) addCall(id string, c *Call) {
+	p.mu.Lock()
+	p.calls[id] = c
+	p.mu.Unlock()
+}
+
+func (p *Phone) findCall(req *sip.Request) *Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if id, err := sip.DialogIDFromRequestUAS(req); err == nil {
+		if c, ok := p.calls[id]; ok && c.ds != nil {
+			return c
+		}
+	}
+	if id, err := sip.DialogIDFromRequestUAC(req); err == nil {
+		if c, ok := p.calls[id]; ok && c.dc != nil {
+			return c
+		}
+	}
+	return nil
+}
+
+func (p *Phone) onAck(req *sip.Request, tx sip.ServerTransaction) {
+	if c := p.findCall(req); c != nil && c.ds != nil {
+		_ = c.ds.ReadAck(req, tx)
+	}
+}
+
+func (p *Phone) onBye(req *sip.Request, tx sip.ServerTransaction) {
+	c := p.findCall(req)
+	if c == nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+		return
+	}
+	var err error
+	if c.ds != nil {
+		err = c.ds.ReadBye(req, tx)
+	} else {
+		err = c.dc.ReadBye(req, tx)
+	}
+	if err != nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
+	}
+	c.markEnded(true)
+}
+
+func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
+	if to := req.To(); to != nil && to.Params.Has("tag") {
+		p.onReInvite(req, tx)
+		return
+	}
+	p.mu.Lock()
+	b := p.behaviour
+	p.mu.Unlock()
+	dua := &sipgo.DialogUA{Client: p.client, ContactHDR: p.contact}
+	ds, err := dua.ReadInvite(req, tx)
+	if err != nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 400, "Bad Request", nil))
+		return
+	}
+	c := newCall(p, req)
+	c.ds = ds
+	p.addCall(ds.ID, c)
+	select {
+	case p.incoming <- c:
+	default:
+	}
+	_ = ds.Respond(180, "Ringing", nil)
+	wait := func(d time.Duration) bool {
+		if d <= 0 {
+			return true
+		}
+		select {
+		case <-time.After(d):
+			return true
+		case <-ds.Context().Done():
+			return false
+		}
+	}
+	switch b.Mode {
+	case Ring:
+		<-ds.Context().Done()
+		c.markCancelled()
+		return
+	case Reject:
+		if !wait(b.Delay) {
+			c.markCancelled()
+			return
+		}
+		status := b.Status
+		if status == 0 {
+			status = 486
+		}
+		c.setFinal(status)
+		_ = ds.Respond(status, "Rejected", nil)
+		return
+	}
+	if !wait(b.Delay) {
+		c.markCancelled()
+		return
+	}
+	codecs := b.Codecs
+	if len(codecs) == 0 {
+		codecs = p.opts.Codecs
+	}
+	offer, err := ParseSDP(req.Body())
+	if err != nil {
+		c.setFinal(488)
+		_ = ds.Respond(488, "Not Acceptable Here", nil)
+		return
+	}
+	common := intersect(offer.Codecs, codecs)
+	if len(common) == 0 {
+		c.setFinal(488)
+		_ = ds.Respond(488, "Not Acceptable Here", nil)
+		return
+	}
+	media, err := newMedia(common[0])
+	if err != nil {
+		_ = ds.Respond(500, "Server Error", nil)
+		return
+	}
+	c.media = media
+	media.setRemote(offer.Addr)
+	c.setFinal(200)
+	if err := ds.RespondSDP(BuildSDP(media.Port(), common, "sendrecv")); err != nil {
+		p.log.Debug("answer", "err", err)
+		return
+	}
+	close(c.answered)
+	<-ds.Context().Done()
+	c.markEnded(false)
+}
+
+func (p *Phone) onReInvite(req *sip.Request, tx sip.ServerTransaction) {
+	c := p.findCall(req)
+	if c == nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+		return
+	}
+	offer, err := ParseSDP(req.Body())
+	if err != nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 488, "Not Acceptable Here", nil))
+		return
+	}
+	if c.media != nil {
+		c.media.setRemote(offer.Addr)
+	}
+	select {
+	case c.reinvites <- offer:
+	default:
+	}
+	port := 0
+	pt := []uint8{0}
+	if c.media != nil {
+		port = c.media.Port()
+		pt = []uint8{c.media.pt}
+	}
+	res := sip.NewSDPResponseFromRequest(req, BuildSDP(port, pt, answerDirection(offer.Direction)))
+	res.AppendHeader(sip.HeaderClone(&p.contact))
+	_ = tx.Respond(res)
+}
+
+func answerDirection(d string) string {
+	switch d {
+	case "sendonly":
+		return "recvonly"
+	case "recvonly":
+		return "sendonly"
+	case "inactive":
+		return "inactive"
+	}
+	return "sendrecv"
+}
+
+func intersect(offered, accepted []uint8) []uint8 {
+	var out []uint8
+	for _, a := range accepted {
+		for _, o := range offered {
+			if a == o {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// DialResult is the outcome of Dial.
+type DialResult struct {
+	Call   *Call
+	Status int // final status
+	Err    error
+}
+
+// Dial calls target (user part, e.g. "102") at the phone's domain through
+// the PBX, answering the PBX's 407 with the phone's credentials. It returns
+// at once; the call's Final channel delivers the outcome. Cancelling ctx
+// before answer sends CANCEL.
+func (p *Phone) Dial(ctx context.Context, target string) *Call {
+	ruri := sip.Uri{Scheme: "sip", User: target, Host: p.opts.Domain}
+	req := p.newRequest(sip.INVITE, ruri)
+	from := &sip.FromHeader{DisplayName: strings.ToUpper(p.opts.Username), Address: p.aor()}
+	from.Params.Add("tag", sip.GenerateTagN(10))
+	req.AppendHeader(from)
+	req.AppendHeader(&sip.ToHeader{Address: ruri})
+	req.AppendHeader(sip.HeaderClone(&p.contact))
+	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	c := newCall(p, req)
+	media, err := newMedia(p.opts.Codecs[0])
+	if err != nil {
+		c.finish(0, err)
+		return c
+	}
+	c.media = media
+	req.SetBody(BuildSDP(media.Port(), p.opts.Codecs, "sendrecv"))
+	go c.dial(ctx)
+	return c
+}
+
+// Call is one call of a phone, incoming or outgoing.
+type Call struct {
+	p       *Phone
+	Invite  *sip.Request
+	ds      *sipgo.DialogServerSession
+	dc      *sipgo.DialogClientSession
+	media   *Media
+	mu      sync.Mutex
+	final   int
+	err     error
+	ringing chan struct{}
+
+	answered  chan struct{}
+	cancelled chan struct{}
+	ended     chan struct{}
+	done      chan struct{} // outgoing: final response known
+	reinvites chan *SDP
+
+	ringOnce, endOnce, cancelOnce, doneOnce sync.Once
+	remoteBye                               bool
+}
+
+func newCall(p *Phone, req *sip.Request) *Call {
+	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8)}
+}
+
+func (c *Call) dial(ctx context.Context) {
+	dua := &sipgo.DialogUA{Client: c.p.client, ContactHDR: c.p.contact}
+	d, err := dua.WriteInvite(ctx, c.Invite)
+	if err != nil {
+		c.finish(0, err)
+		return
+	}
+	c.dc = d
+	err = d.WaitAnswer(ctx, sipgo.AnswerOptions{
+		Username: c.p.opts.Username, Password: c.p.opts.Password,
+		OnResponse: func(r *sip.Response) error {
+			if r.StatusCode == 180 || r.StatusCode == 183 {
+				c.ringOnce.Do(func() { close(c.ringing) })
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		status := 0
+		if d.InviteResponse != nil {
+			status = d.InviteResponse.StatusCode
+		}
+		var dr *sipgo.ErrDialogResponse
+		if errors.As(err, &dr) {
+			status = dr.Res.StatusCode
+		}
+		c.finish(status, err)
+		return
+	}
+	if err := d.Ack(context.Background()); err != nil {
+		c.finish(200, fmt.Errorf("ack: %w", err))
+		return
+	}
+	if ans, err := ParseSDP(d.InviteResponse.Body()); err == nil {
+		c.media.setRemote(ans.Addr)
+	}
+	c.p.addCall(d.ID, c)
+	close(c.answered)
+	c.finish(200, nil)
+	go func() {
+		<-d.Context().Done()
+		c.markEnded(false)
+	}()
+}
+
+func (c *Call) finish(status int, err error) {
+	c.mu.Lock()
+	c.final, c.err = status, err
+	c.mu.Unlock()
+	c.doneOnce.Do(func() { close(c.done) })
+}
+
+func (c *Call) setFinal(status int) {
+	c.mu.Lock()
+	c.final = status
+	c.mu.Unlock()
+}
+
+func (c *Call) markEnded(remote bool) {
+	c.mu.Lock()
+	if remote {
+		c.remoteBye = true
+	}
+	c.mu.Unlock()
+	c.endOnce.Do(func() { close(c.ended) })
+}
+
+func (c *Call) markCancelled() {
+	c.cancelOnce.Do(func() { close(c.cancelled) })
+}
+
+// Ringing is closed when a 180/183 arrived (outgoing calls).
+func (c *Call) Ringing() <-chan struct{} { return c.ringing }
+
+// Answered is closed when the call was answered.
+func (c *Call) Answered() <-chan struct{} { return c.answered }
+
+// Cancelled is closed when an incoming call was cancelled before answer.
+func (c *Call) Cancelled() <-chan struct{} { return c.cancelled }
+
+// Ended is closed when an answered call ended (BYE either way).
+func (c *Call) Ended() <-chan struct{} { return c.ended }
+
+// Done is closed when an outgoing call got its final response.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// ReInvites delivers the SDP offers of re-INVITEs the phone received.
+func (c *Call) ReInvites() <-chan *SDP { return c.reinvites }
+
+// Final returns the final status and error of an outgoing call (after Done)
+// or the status an incoming call was answered with.
+func (c *Call) Final() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.final, c.err
+}
+
+// RemoteHangup reports whether the far end sent BYE.
+func (c *Call) RemoteHangup() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.remoteBye
+}
+
+// Media returns the call's RTP endpoint (nil before answer).
+func (c *Call) Media() *Media { return c.media }
+
+// Hangup sends BYE.
+func (c *Call) Hangup(ctx context.Context) error {
+	defer c.markEnded(false)
+	if c.ds != nil {
+		return c.ds.Bye(ctx)
+	}
+	if c.dc != nil {
+		return c.dc.Bye(ctx)
+	}
+	return errors.New("call not established")
+}
+
+// ReInvite sends a re-INVITE with the phone's SDP and direction
+// ("sendonly" to hold, "sendrecv" to resume) and returns the answer.
+func (c *Call) ReInvite(ctx context.Context, direction string) (*sip.Response, *SDP, error) {
+	var uri sip.Uri
+	if c.dc != nil {
+		uri = c.dc.InviteResponse.Contact().Address
+	} else {
+		uri = c.ds.InviteRequest.Contact().Address
+	}
+	req := sip.NewRequest(sip.INVITE, uri)
+	req.SetDestination(c.p.opts.PBX.String())
+	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	req.SetBody(BuildSDP(c.media.Port(), []uint8{c.media.pt}, direction))
+	var res *sip.Response
+	var err error
+	if c.dc != nil {
+		res, err = c.dc.Do(ctx, req)
+	} else {
+		res, err = c.ds.Do(ctx, req)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if res.IsSuccess() {
+		ack := sip.NewRequest(sip.ACK, uri)
+		ack.SetDestination(c.p.opts.PBX.String())
+		if c.dc != nil {
+			err = c.dc.WriteAck(ctx, ack)
+		} else {
+			err = c.ds.WriteRequest(ack)
+		}
+		if err != nil {
+			return res, nil, fmt.Errorf("ack: %w", err)
+		}
+		ans, err := ParseSDP(res.Body())
+		if err == nil && ans.Addr.IsValid() {
+			c.media.setRemote(ans.Addr)
+		}
+		return res, ans, err
+	}
+	return res, nil, nil
+}
