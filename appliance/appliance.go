@@ -5,13 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/emiago/sipgo/sip"
+	"golang.org/x/sync/errgroup"
+
+	"pbx/appliance/cdr"
 	"pbx/appliance/config"
+	"pbx/appliance/datadir"
 	"pbx/appliance/sdnotify"
+	"pbx/appliance/tenant"
+	"pbx/db"
+	"pbx/rtpcore"
+	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
+	"pbx/sipcore/b2bua"
+	"pbx/sipcore/registrar"
 )
 
 // Options adjust how the appliance runs.
@@ -33,51 +45,159 @@ type Appliance struct {
 	log  *slog.Logger
 	cfg  *config.Config
 
-	sip *sipcore.Server
-
-	mu       sync.Mutex
-	draining bool
+	lock   *datadir.Held
+	db     *db.DB
+	cdr    *cdr.Store
+	dir    *tenant.Directory
+	sip    *sipcore.Server
+	reg    *registrar.Registrar
+	media  *rtpcore.Engine
+	calls  *b2bua.Manager
+	closed sync.Once
 }
 
-// New builds every part from cfg and binds every socket, so that a port in use or a
+// New builds every part from cfg: it takes the data directory, recovers call records
+// left in flight by a crash, then binds every socket, so that a port in use or a
 // refused listener is an error here, before readiness is reported.
-func New(cfg *config.Config, opts Options, log *slog.Logger) (*Appliance, error) {
+func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
 	}
-	a := &Appliance{opts: opts, log: log, cfg: cfg}
+	a = &Appliance{opts: opts, log: log, cfg: cfg}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
 	sys := &cfg.System
+
+	if dd := cfg.DataDir(); dd != "" {
+		if err := os.MkdirAll(dd, 0o750); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+		if a.lock, err = datadir.Lock(dd); err != nil {
+			return nil, err
+		}
+		if a.db, err = db.Open(dd, db.Options{}, log.With("component", "db")); err != nil {
+			return nil, err
+		}
+		if sys.CDR.Enabled {
+			a.cdr, err = cdr.New(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}, log.With("component", "cdr"))
+			if err != nil {
+				return nil, err
+			}
+			// Recovery runs before any listener opens.
+			actions, err := a.cdr.Recover(context.Background())
+			if err != nil {
+				return nil, fmt.Errorf("call record recovery: %w", err)
+			}
+			for _, act := range actions {
+				log.Warn("call record recovery", "action", act.String())
+			}
+		}
+	}
+	a.dir = tenant.New(cfg)
+
 	var listeners []sipcore.Listener
 	for _, l := range sys.SIP.Transports {
 		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})
 	}
-	srv, err := sipcore.New(sipcore.Options{
+	if a.sip, err = sipcore.New(sipcore.Options{
 		Listeners:    listeners,
 		UserAgent:    sys.SIP.UserAgent,
 		ContactUser:  *sys.SIP.ContactUser,
 		ExternalHost: sys.SIP.ExternalHost,
-	}, log.With("component", "sip"))
-	if err != nil {
+	}, log.With("component", "sip")); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}
-	a.sip = srv
+
+	auth, err := registrar.NewAuth(registrar.AuthOptions{}, sipDirectory{a.dir})
+	if err != nil {
+		return nil, err
+	}
+	regOpts := registrar.Options{Auth: auth}
+	if a.db != nil {
+		regOpts.Store = a.db.Registrations()
+	}
+	if a.reg, err = registrar.New(regOpts, log.With("component", "registrar")); err != nil {
+		return nil, err
+	}
+	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
+
+	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax}
+	if sys.Media.ExternalIP != "" {
+		mediaOpts.AdvertiseIP, _ = netip.ParseAddr(sys.Media.ExternalIP)
+	}
+	if a.media, err = rtpcore.New(mediaOpts, log.With("component", "media")); err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	codecs, err := sdp.CodecsByName(sys.Media.Codecs)
+	if err != nil {
+		return nil, err
+	}
+	var obs b2bua.Observer
+	if a.cdr != nil {
+		obs = &callLog{store: a.cdr, log: log.With("component", "cdr")}
+	}
+	if a.calls, err = b2bua.New(b2bua.Options{
+		SIP:          a.sip,
+		Media:        a.media,
+		Auth:         auth,
+		Router:       &router{dir: a.dir, reg: a.reg, sip: a.sip},
+		Codecs:       codecs,
+		Observer:     obs,
+		MediaTimeout: sys.Media.Timeout.D(),
+	}, log.With("component", "calls")); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// mediaBindIP binds RTP where SIP listens when every listener names one address
+// (a loopback-only PBX keeps its media on loopback too), else on every address.
+func mediaBindIP(ls []config.Listener) netip.Addr {
+	var ip netip.Addr
+	for i, l := range ls {
+		a, err := netip.ParseAddr(l.BindHost)
+		if err != nil || (i > 0 && a != ip) {
+			return netip.IPv4Unspecified()
+		}
+		ip = a
+	}
+	if !ip.IsValid() {
+		return netip.IPv4Unspecified()
+	}
+	return ip
 }
 
 // SIP returns the SIP server (for tests that need the bound addresses).
 func (a *Appliance) SIP() *sipcore.Server { return a.sip }
 
-// Run serves until ctx ends (stop now) or Drain completes.
+// Run serves until ctx ends.
 func (a *Appliance) Run(ctx context.Context) error {
 	for _, l := range a.sip.Listeners() {
 		a.log.Info("sip listener ready", "id", l.ID, "transport", l.Transport, "addr", fmt.Sprintf("%s:%d", l.BindHost, l.BindPort))
 	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.sip.Run(gctx) })
+	g.Go(func() error { return a.reg.Run(gctx) })
+	if a.cdr != nil {
+		g.Go(func() error { return a.cdr.Run(gctx) })
+	}
 	_ = sdnotify.Ready()
 	_ = sdnotify.Status("serving")
-	err := a.sip.Run(ctx)
+	<-gctx.Done()
+	// End the calls still up so their records are committed, then stop.
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.calls.Close(cctx); err != nil {
+		a.log.Warn("ending calls at shutdown", "err", err)
+	}
+	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
@@ -86,15 +206,12 @@ func (a *Appliance) Run(ctx context.Context) error {
 
 // Drain stops accepting new calls; calls in progress may continue.
 func (a *Appliance) Drain() {
-	a.mu.Lock()
-	a.draining = true
-	a.mu.Unlock()
 	a.sip.Drain()
 	_ = sdnotify.Stopping()
 }
 
 // ActiveCalls is the number of calls in progress.
-func (a *Appliance) ActiveCalls() int { return 0 }
+func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 
 // Reload re-reads the configuration and applies only the API credential set. A
 // configuration with problems leaves the running set in place; the problems are
@@ -109,7 +226,25 @@ func (a *Appliance) Reload() (*config.Report, error) {
 	return rep, nil
 }
 
-// Close releases every socket.
+// Close releases every socket and file, in reverse order of New.
 func (a *Appliance) Close() error {
-	return a.sip.Close()
+	var errs []error
+	a.closed.Do(func() {
+		if a.media != nil {
+			errs = append(errs, a.media.Close())
+		}
+		if a.sip != nil {
+			errs = append(errs, a.sip.Close())
+		}
+		if a.reg != nil {
+			errs = append(errs, a.reg.Close())
+		}
+		if a.db != nil {
+			errs = append(errs, a.db.Close())
+		}
+		if a.lock != nil {
+			errs = append(errs, a.lock.Unlock())
+		}
+	})
+	return errors.Join(errs...)
 }

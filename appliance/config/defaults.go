@@ -34,6 +34,7 @@ const (
 	DefaultKeyPrefix       = "{tenant}/recordings/{yyyy}/{mm}/{dd}/{callid}.wav"
 	DefaultRoomServicePort = 5060
 	DefaultVoicemailCode   = "*97"
+	DefaultMediaTimeout    = 60 * time.Second
 )
 
 // DefaultCodecs is the default media.codecs.
@@ -41,7 +42,7 @@ var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
 	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}}}
-	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...)}
+	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}
 	s.API = API{

@@ -39,6 +39,7 @@ var rules = map[string]string{
 	"media.rtpPortOrder":      "rtpPortMax not above rtpPortMin",
 	"media.savpProfile":       "savpProfile not always or mirror",
 	"media.externalIp":        "externalIp not an IP address",
+	"media.timeout":           "negative media timeout",
 	"moh.file":                "music-on-hold file unreadable",
 	"timezone":                "unknown IANA time zone",
 	"system.defaultTrunk":     "defaultTrunk names no trunk",

@@ -128,6 +128,9 @@ type Media struct {
 	RTPPortMax  int      `yaml:"rtpPortMax"`
 	ExternalIP  string   `yaml:"externalIp"`
 	SAVPProfile string   `yaml:"savpProfile"`
+	// Timeout ends a call whose RTP stopped in both directions this long; zero
+	// disables it. Not in the specification's table: a pbx extension.
+	Timeout Duration `yaml:"timeout"`
 }
 
 // MOH is a music-on-hold block (System or Tenant).

@@ -287,7 +287,7 @@ func (v *validator) system() {
 			v.errf(m, p, "sip.transport", "transport is required (udp, tcp, tls or wss)")
 			continue
 		default:
-			v.errf(m, tp, "sip.transport", "unsupported transport %q (udp, tcp, tls or wss)%s", l.Transport, suggest(l.Transport, []string{"udp", "tcp", "tls", "wss"}))
+			v.errf(m, tp, "sip.transport", "unsupported transport %q; use udp, tcp, tls or wss%s", l.Transport, suggest(l.Transport, []string{"udp", "tcp", "tls", "wss"}))
 			continue
 		}
 		switch l.SRTP {
@@ -308,8 +308,11 @@ func (v *validator) system() {
 		if l.Transport == "tls" || l.Transport == "wss" {
 			v.warnf(m, tp, "inert.tlsListener", "a %s listener validates but fails to bind at startup: only udp and tcp listeners work", l.Transport)
 		}
-		v.port(m, p+".bindPort", "sip.port", l.BindPort, false)
-		if net.ParseIP(l.BindHost) == nil {
+		// An inherited bindPort or bindHost is checked once, at sip.bindPort and sip.bindHost.
+		if m.Has(p + ".bindPort") {
+			v.port(m, p+".bindPort", "sip.port", l.BindPort, false)
+		}
+		if m.Has(p+".bindHost") && net.ParseIP(l.BindHost) == nil {
 			v.errf(m, p+".bindHost", "sip.bindHost", "%q is not an IP address", l.BindHost)
 		}
 		if first, ok := ids[l.ID]; ok {
@@ -351,11 +354,11 @@ func (v *validator) system() {
 	minSet, maxSet := s.Has("media.rtpPortMin"), s.Has("media.rtpPortMax")
 	switch {
 	case minSet != maxSet:
-		p := "media.rtpPortMin"
+		p, missing := "media.rtpPortMin", "rtpPortMax"
 		if maxSet {
-			p = "media.rtpPortMax"
+			p, missing = "media.rtpPortMax", "rtpPortMin"
 		}
-		v.errf(m, p, "media.rtpPortPair", "rtpPortMin and rtpPortMax are set together")
+		v.errf(m, p, "media.rtpPortPair", "rtpPortMin and rtpPortMax must be set together (%s is missing)", missing)
 	case minSet:
 		v.port(m, "media.rtpPortMin", "media.rtpPortRange", s.Media.RTPPortMin, false)
 		v.port(m, "media.rtpPortMax", "media.rtpPortRange", s.Media.RTPPortMax, false)
@@ -370,6 +373,7 @@ func (v *validator) system() {
 	default:
 		v.errf(m, "media.savpProfile", "media.savpProfile", "savpProfile must be always or mirror, not %q", s.Media.SAVPProfile)
 	}
+	v.nonNegative(m, "media.timeout", "media.timeout", s.Media.Timeout)
 	if s.Media.ExternalIP != "" && net.ParseIP(s.Media.ExternalIP) == nil {
 		v.errf(m, "media.externalIp", "media.externalIp", "%q is not an IP address", s.Media.ExternalIP)
 	}
@@ -407,7 +411,7 @@ func (v *validator) system() {
 			}
 		}
 		if len(needs) > 0 {
-			v.errf(m, "dataDir", "dataDir.required", "dataDir is required because %s", strings.Join(needs, ", "))
+			v.errf(m, "dataDir", "dataDir.required", "dataDir is required because of %s", strings.Join(needs, ", "))
 		}
 	}
 	v.nonNegative(m, "cdr.retention", "cdr.retention", s.CDR.Retention)
@@ -432,10 +436,10 @@ func (v *validator) system() {
 	}
 	if vm.PromptsDir != "" {
 		if err := readableDir(v.cfg.Path(vm.PromptsDir)); err != nil {
-			v.errf(m, "voicemail.promptsDir", "voicemail.promptsDir", "promptsDir must be a readable directory: %v", err)
+			v.errf(m, "voicemail.promptsDir", "voicemail.promptsDir", "promptsDir %s is not a readable directory: %v", vm.PromptsDir, err)
 		}
 	}
-	if s.Has("voicemail.mwi") {
+	if s.Has("voicemail.mwi") && vm.MWI {
 		v.warnf(m, "voicemail.mwi", "inert.mwi", "mwi is validated but has no effect: no NOTIFY is sent")
 	}
 	if s.SMTP != nil {
@@ -485,7 +489,11 @@ func readableDir(path string) error {
 
 func (v *validator) tls(m *Meta, path string, t *TLS) {
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		v.errf(m, path, "tls.pair", "certFile and keyFile are set together")
+		missing := "keyFile"
+		if t.CertFile == "" {
+			missing = "certFile"
+		}
+		v.errf(m, path, "tls.pair", "certFile and keyFile must be set together (%s is missing)", missing)
 	}
 	v.readable(m, path+".certFile", "tls.file", t.CertFile)
 	v.readable(m, path+".keyFile", "tls.file", t.KeyFile)
@@ -547,7 +555,7 @@ func (v *validator) recording(m *Meta, path string, r *Recording, system bool) {
 	if m.Has(path + ".retention") {
 		v.warnf(m, path+".retention", "inert.recordingRetention", "recording.retention is validated but has no effect: no janitor removes recordings")
 	}
-	if m.Has(path + ".beep") {
+	if r.Beep {
 		v.warnf(m, path+".beep", "inert.recordingBeep", "recording.beep is validated but has no effect: no tone is played")
 	}
 	if m.Has(path+".maxPending") && r.Storage != "s3" {
@@ -596,7 +604,11 @@ func (v *validator) s3(m *Meta, path string, s *S3) {
 		v.errf(m, path+".sse", "s3.sse", "sse must be empty, AES256 or aws:kms, not %q", s.SSE)
 	}
 	if (s.AccessKeyID == "") != (s.SecretAccessKey == "") {
-		v.errf(m, path, "s3.credentials", "accessKeyId and secretAccessKey are set together, or neither")
+		missing := "secretAccessKey"
+		if s.AccessKeyID == "" {
+			missing = "accessKeyId"
+		}
+		v.errf(m, path, "s3.credentials", "accessKeyId and secretAccessKey must be set together, or neither (%s is missing)", missing)
 	}
 	v.nonNegative(m, path+".timeout", "s3.negative", s.Timeout)
 	v.nonNegative(m, path+".maxRetryAge", "s3.negative", s.MaxRetryAge)
@@ -903,8 +915,14 @@ func (v *validator) tenant(t *Tenant) {
 		v.warnf(m, "storage", "inert.tenantStorage", "a tenant's storage block is ignored: recordings use the System bucket, separated by {tenant}")
 	}
 	if t.SMTP != nil {
-		eff := v.cfg.SMTPFor(t)
-		v.smtp(m, "smtp", eff)
+		// Only the tenant's own fields are checked here: what it inherits is reported
+		// once, on System. Whether from is required depends on the merged block.
+		own := *t.SMTP
+		own.Host = ""
+		v.smtp(m, "smtp", &own)
+		if eff := v.cfg.SMTPFor(t); t.Has("smtp.host") && eff.From == "" {
+			v.errf(m, "smtp.host", "smtp.fromRequired", "host is set, so from is required")
+		}
 	}
 	v.moh(m, "moh", t.MOH)
 	if t.Limits != nil {

@@ -1,0 +1,87 @@
+package appliance
+
+import (
+	"log/slog"
+	"time"
+
+	"pbx/appliance/cdr"
+	"pbx/sipcore/b2bua"
+)
+
+// callLog turns call events into call records: an in-flight marker when a call is
+// answered, one committed record when it ends (answered or not).
+type callLog struct {
+	store *cdr.Store
+	log   *slog.Logger
+}
+
+func (l *callLog) CallEvent(ev b2bua.Event) {
+	switch ev.Kind {
+	case b2bua.EventAnswered:
+		rec := recordOf(&ev.Call)
+		if err := l.store.Answered(rec); err != nil {
+			l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+		}
+	case b2bua.EventEnded:
+		rec := recordOf(&ev.Call)
+		if err := l.store.Commit(rec); err != nil {
+			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+		}
+	}
+}
+
+// recordOf builds the call record from a call snapshot. The record id is the call id,
+// so the in-flight marker and the committed record are the same file name.
+func recordOf(c *b2bua.CallInfo) *cdr.Record {
+	rec := cdr.NewRecord(c.Tenant, cdr.Direction(c.Direction), c.Start)
+	rec.ID = cdr.ID(c.ID)
+	rec.CallID = c.SIPCallID
+	rec.DialogID = c.DialogID
+	rec.From = c.From
+	rec.FromName = c.FromName
+	rec.To = c.To
+	rec.DID = c.DID
+	rec.Trunk = c.Trunk
+	rec.Source = c.Source
+	rec.Extension = c.Extension
+	rec.AnsweredBy = c.AnsweredBy
+	if !c.Answer.IsZero() {
+		a := c.Answer.UTC().Truncate(time.Millisecond)
+		rec.Answer = &a
+	}
+	for _, lg := range c.Legs {
+		leg := cdr.Leg{
+			Target:    lg.Target,
+			Kind:      lg.Kind,
+			Start:     lg.Start.UTC().Truncate(time.Millisecond),
+			End:       lg.End.UTC().Truncate(time.Millisecond),
+			SIPStatus: lg.SIPStatus,
+			Won:       lg.Won,
+			Cause:     causeOf(lg.Cause),
+		}
+		if !lg.Answer.IsZero() {
+			a := lg.Answer.UTC().Truncate(time.Millisecond)
+			leg.Answer = &a
+		}
+		rec.AddLeg(leg)
+	}
+	end := c.End
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if c.State == b2bua.StateEnded {
+		rec.Finish(end, causeOf(c.Cause), c.SIPStatus, c.Reason)
+	}
+	return rec
+}
+
+func causeOf(s string) cdr.Cause {
+	c := cdr.Cause(s)
+	if c.Valid() {
+		return c
+	}
+	if s == "" {
+		return cdr.Cause(b2bua.CauseError)
+	}
+	return cdr.Cause(b2bua.CauseError)
+}
