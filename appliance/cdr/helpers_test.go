@@ -1,6 +1,7 @@
 package cdr
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -115,4 +116,13 @@ func readLines(t testing.TB, path string) []Entry {
 		out = append(out, e)
 	}
 	return out
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -389,7 +389,13 @@ func (s *Store) decodeCursor(c string, fp [8]byte) (pos, error) {
 	if len(c) > 256 {
 		return pos{}, ErrBadCursor
 	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
+	for i := 0; i < len(c); i++ { // the decoder skips newlines; a cursor has none
+		ch := c[i]
+		if !(ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
+			return pos{}, ErrBadCursor
+		}
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
 	if err != nil || len(b) < 1+8+8+1+cursorMACLen || b[0] != cursorVersion {
 		return pos{}, ErrBadCursor
 	}

@@ -123,7 +123,7 @@ func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error
 	var out []Action
 	done := 0
 	for _, w := range all {
-		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, pending: map[string][]ID{}}
+		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, pending: map[string]map[ID]*Entry{}}
 		// Temporary files first: a complete <id>.json.tmp is the final form
 		// of a record and beats its marker.
 		for _, d := range w.days {
@@ -213,9 +213,10 @@ type repairer struct {
 	tenant string
 	dry    bool
 	acts   []Action
-	// pending: lines a dry run would have appended, per day directory, so
-	// the index check does not report them twice.
-	pending map[string][]ID
+	// pending: in a dry run, the records that would exist in each day
+	// directory. A nil entry: its line would be written with it (a promoted
+	// marker); otherwise the line the index check would add.
+	pending map[string]map[ID]*Entry
 }
 
 func (r *repairer) act(kind ActionKind, path string, id ID, detail string) {
@@ -279,9 +280,20 @@ func (r *repairer) tmpFiles(d day) error {
 			}
 		}
 		r.act(ActTmpCommitted, final, id, "write finished before the crash, rename done now")
-		r.pending[d.dir] = append(r.pending[d.dir], id)
+		if r.dry {
+			n := rec.normalize()
+			e := n.Entry()
+			r.pend(d.dir, id, &e)
+		}
 	}
 	return nil
+}
+
+func (r *repairer) pend(dir string, id ID, e *Entry) {
+	if r.pending[dir] == nil {
+		r.pending[dir] = map[ID]*Entry{}
+	}
+	r.pending[dir][id] = e
 }
 
 func (r *repairer) remove(path string) error {
@@ -313,7 +325,7 @@ func (r *repairer) committed(rec *Record) bool {
 		if _, err := os.Lstat(p); err == nil {
 			return true
 		}
-		if slices.Contains(r.pending[r.s.dayDirOf(r.tenant, dateOf(t))], rec.ID) {
+		if _, ok := r.pending[r.s.dayDirOf(r.tenant, dateOf(t))][rec.ID]; ok {
 			return true
 		}
 	}
@@ -354,7 +366,7 @@ func (r *repairer) markerFiles(marks []marker) error {
 					return fmt.Errorf("promote marker %s: %w", m.id, err)
 				}
 			} else {
-				r.pending[d.dir] = append(r.pending[d.dir], n.ID)
+				r.pend(d.dir, n.ID, nil)
 			}
 			r.act(ActPromoted, filepath.Join(d.dir, string(n.ID)+recordExt), m.id,
 				"incomplete record, end "+n.End.Format(time.RFC3339))
@@ -385,7 +397,7 @@ func (r *repairer) index(d day) error {
 			records[id] = true
 		}
 	}
-	for _, id := range r.pending[d.dir] {
+	for id := range r.pending[d.dir] {
 		records[id] = true
 	}
 	path := d.index()
@@ -423,8 +435,11 @@ func (r *repairer) index(d day) error {
 		if seen[id] {
 			continue
 		}
-		if slices.Contains(r.pending[d.dir], id) {
-			continue // a dry run would have written it
+		if e, ok := r.pending[d.dir][id]; ok {
+			if e != nil {
+				missing = append(missing, *e)
+			}
+			continue
 		}
 		rec, err := readRecord(filepath.Join(d.dir, string(id)+recordExt))
 		if err == nil && (rec.ID != id || rec.Tenant != r.tenant) {
