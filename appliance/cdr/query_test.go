@@ -108,7 +108,7 @@ func TestListPagingWhileCommitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := first.Records[0]
-	var older []*Record // committed during paging
+	var older []*Record       // committed during paging
 	mustShow := map[ID]bool{} // older records whose start is behind the cursor
 	q := Query{Limit: 10, Cursor: first.NextCursor}
 	all := append([]Entry{}, first.Records...)
