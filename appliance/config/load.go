@@ -49,7 +49,8 @@ func Load(root string, opts Options) (*Config, *Report, error) {
 	for _, rel := range files {
 		data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
 		if err != nil {
-			l.rep.Problems = append(l.rep.Problems, Problem{File: rel, Line: 1, Msg: fmt.Sprintf("cannot read: %v", err), Rule: "file.read"})
+			l.nothing = false
+			l.rep.Problems = append(l.rep.Problems, Problem{File: rel, Line: 1, Msg: fmt.Sprintf("cannot read: %v", cleanErr(err)), Rule: "file.read"})
 			continue
 		}
 		l.file(rel, data)
@@ -150,6 +151,7 @@ func (l *loader) file(rel string, data []byte) {
 			return
 		}
 		if err != nil {
+			l.nothing = false
 			line := 1
 			if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
 				line, _ = strconv.Atoi(m[1])
@@ -288,7 +290,7 @@ func (l *loader) checkMetadata(meta *Meta, present bool) {
 		l.add(meta, "metadata", "doc.metadata", "metadata.name is required for "+meta.Kind)
 	}
 	if meta.Name != "" && !safeName(meta.Name) {
-		l.add(meta, "metadata.name", "doc.name", fmt.Sprintf("name %q may use only letters, digits, '.', '_', '-' and '+', and must not start with '.'", meta.Name))
+		l.add(meta, "metadata.name", "doc.name", fmt.Sprintf("name %q may use only letters, digits, '.', '_', '-', '+' and '@', must not start with '.' and has at most 128 characters", meta.Name))
 	}
 }
 
