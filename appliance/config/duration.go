@@ -15,8 +15,18 @@ type Duration time.Duration
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// String formats the duration the way ParseDuration reads it back.
-func (d Duration) String() string { return time.Duration(d).String() }
+// String formats the duration the way ParseDuration reads it back, without the
+// zero units time.Duration adds: "5m", "1h30m", "-24h" rather than "5m0s".
+func (d Duration) String() string {
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
 
 // MarshalYAML writes the duration as a string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
