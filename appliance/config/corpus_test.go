@@ -221,3 +221,25 @@ func TestRuleDescriptions(t *testing.T) {
 		}
 	}
 }
+
+// TestTwentyProblems: a root with twenty independent mistakes yields exactly twenty
+// problem lines, one per mistake, each from a different rule, sorted by file and line.
+func TestTwentyProblems(t *testing.T) {
+	dir := filepath.Join("testdata", "twenty")
+	_, rep := loadDir(t, dir)
+	text := reportText(t, rep)
+	golden(t, filepath.Join(dir, "expected"), text)
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	if len(rep.Problems) != 20 || len(lines) != 20 {
+		t.Fatalf("got %d problems in %d lines, want 20:\n%s", len(rep.Problems), len(lines), text)
+	}
+	if got := len(rulesOf(rep.Problems)); got != 20 {
+		t.Errorf("got %d distinct rules, want 20 (one per mistake): %v", got, sortedKeys(rulesOf(rep.Problems)))
+	}
+	if !sort.SliceIsSorted(rep.Problems, func(i, j int) bool {
+		a, b := rep.Problems[i], rep.Problems[j]
+		return a.File < b.File || a.File == b.File && a.Line < b.Line
+	}) {
+		t.Errorf("problems are not sorted by file and line:\n%s", text)
+	}
+}
