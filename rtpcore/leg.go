@@ -23,7 +23,7 @@ type Leg struct {
 	local netip.AddrPort
 
 	peer   atomic.Pointer[Leg]
-	taps   atomic.Pointer[[]Tap]
+	taps   atomic.Pointer[[]*tapEntry]
 	inj    atomic.Pointer[Injection]
 	target atomic.Pointer[netip.AddrPort] // where packets to the far end go
 

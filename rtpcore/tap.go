@@ -57,15 +57,20 @@ func (f TapFunc) TapRTP(p *Packet) { f(p) }
 
 var tapsMu sync.Mutex // serialises copy-on-write updates of every leg's tap list
 
+// tapEntry wraps an attached Tap so that detaching compares entries, not
+// Tap values (a TapFunc is not comparable).
+type tapEntry struct{ Tap }
+
 // AddTap attaches t to the leg and returns a function that detaches it.
 // With no tap attached the relay pays one atomic load per packet.
 func (l *Leg) AddTap(t Tap) (remove func()) {
+	e := &tapEntry{t}
 	tapsMu.Lock()
-	var next []Tap
+	var next []*tapEntry
 	if cur := l.taps.Load(); cur != nil {
 		next = append(next, (*cur)...)
 	}
-	next = append(next, t)
+	next = append(next, e)
 	l.taps.Store(&next)
 	tapsMu.Unlock()
 	var once sync.Once
@@ -77,14 +82,11 @@ func (l *Leg) AddTap(t Tap) (remove func()) {
 			if cur == nil {
 				return
 			}
-			var rest []Tap
-			removed := false
+			var rest []*tapEntry
 			for _, x := range *cur {
-				if !removed && x == t {
-					removed = true
-					continue
+				if x != e {
+					rest = append(rest, x)
 				}
-				rest = append(rest, x)
 			}
 			if len(rest) == 0 {
 				l.taps.Store(nil)
