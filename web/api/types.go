@@ -1,0 +1,134 @@
+package api
+
+import "time"
+
+// Status is the body of GET /v1/status. For a tenant-scoped caller the
+// counts cover only its tenants (plus shared trunks).
+type Status struct {
+	Version       string      `json:"version"`
+	StartedAt     time.Time   `json:"started_at"`
+	UptimeS       int64       `json:"uptime_s"`
+	CallsActive   int         `json:"calls_active"`
+	Registrations int         `json:"registrations"`
+	Trunks        TrunkCounts `json:"trunks"`
+	Tenants       int         `json:"tenants"`
+}
+
+// TrunkCounts counts trunks by registration state.
+type TrunkCounts struct {
+	Up   int `json:"up"`
+	Down int `json:"down"`
+}
+
+// StatusSnapshot is what a StatusSource reports: process facts plus counts
+// broken down by tenant, so that the API narrows them itself.
+type StatusSnapshot struct {
+	Version   string
+	StartedAt time.Time
+	// Tenants holds the counts of every tenant, keyed by tenant name.
+	Tenants map[string]Counts
+	// Shared holds what belongs to no tenant: shared trunks, and calls or
+	// registrations not (yet) attributed to a tenant. Shared trunks are
+	// shown to every caller; shared calls and registrations only to a
+	// caller that sees every tenant.
+	Shared Counts
+}
+
+// Counts are the activity counters of one tenant (or of no tenant).
+type Counts struct {
+	CallsActive   int
+	Registrations int
+	TrunksUp      int
+	TrunksDown    int
+}
+
+// Tenant is one entry of GET /v1/tenants.
+type Tenant struct {
+	Name       string   `json:"name"`
+	Domain     string   `json:"domain"`
+	Accounts   int      `json:"accounts"`
+	Extensions []string `json:"extensions"`
+	DIDs       []string `json:"dids"`
+}
+
+// Trunk is one entry of GET /v1/trunks. Tenant is empty for a shared trunk.
+type Trunk struct {
+	Name         string            `json:"name"`
+	Tenant       string            `json:"tenant"`
+	Host         string            `json:"host"`
+	Port         int               `json:"port"`
+	Transport    string            `json:"transport"`
+	Registration TrunkRegistration `json:"registration"`
+	// Addresses are the discovered source addresses the trunk is trusted
+	// from.
+	Addresses []string `json:"addresses"`
+}
+
+// TrunkRegistration is the carrier registration state of a trunk.
+type TrunkRegistration struct {
+	Enabled   bool       `json:"enabled"`
+	State     string     `json:"state"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	LastError string     `json:"last_error"`
+}
+
+// Registration is one entry of GET /v1/registrations: a location binding of
+// an account. A row with an empty Contact or an ExpiresAt in the past is
+// offline; ?online= filters on that.
+type Registration struct {
+	Tenant    string    `json:"tenant"`
+	Extension string    `json:"extension"`
+	Username  string    `json:"username"`
+	Contact   string    `json:"contact"`
+	Source    string    `json:"source"`
+	Transport string    `json:"transport"`
+	UserAgent string    `json:"user_agent"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Online reports whether the binding is live at now.
+func (r Registration) Online(now time.Time) bool {
+	return r.Contact != "" && r.ExpiresAt.After(now)
+}
+
+// Call is one entry of GET /v1/calls: a call in progress.
+type Call struct {
+	ID         string     `json:"id"`
+	Tenant     string     `json:"tenant"`
+	Direction  string     `json:"direction"`
+	From       string     `json:"from"`
+	To         string     `json:"to"`
+	State      string     `json:"state"`
+	StartedAt  time.Time  `json:"started_at"`
+	AnsweredAt *time.Time `json:"answered_at"`
+	Legs       []CallLeg  `json:"legs"`
+}
+
+// CallLeg is one leg of a call in progress.
+type CallLeg struct {
+	Target string `json:"target"`
+	Kind   string `json:"kind"`
+	State  string `json:"state"`
+}
+
+// Ban is one entry of GET /v1/security/bans.
+type Ban struct {
+	IP       string    `json:"ip"`
+	Reason   string    `json:"reason"`
+	Since    time.Time `json:"since"`
+	Until    time.Time `json:"until"`
+	Offences int       `json:"offences"`
+}
+
+// Counters is the body of GET /v1/security/counters: the guard's packet
+// and decision counters since start.
+type Counters struct {
+	Packets     uint64 `json:"packets"`
+	Dropped     uint64 `json:"dropped"`
+	Denied      uint64 `json:"denied"`
+	RateLimited uint64 `json:"rate_limited"`
+	Banned      uint64 `json:"banned"`
+	AuthFailure uint64 `json:"auth_failures"`
+	BansActive  int    `json:"bans_active"`
+	Tracked     int    `json:"tracked"`
+}
