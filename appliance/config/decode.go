@@ -150,7 +150,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 }
 
 func (d *decoder) decodeDuration(n *yaml.Node, v reflect.Value, path string) {
-	if n.Kind != yaml.ScalarNode || isNull(n) {
+	if isNull(n) {
+		return // an explicit null leaves the default, as for every other scalar
+	}
+	if n.Kind != yaml.ScalarNode {
 		d.problem(path, "decode.type", "expected a duration such as \"30s\" or \"1m30s\", found %s", describe(n))
 		return
 	}
