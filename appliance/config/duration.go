@@ -94,6 +94,15 @@ func (s Secret) String() string {
 	return "[redacted]"
 }
 
+// Format hides the value from every fmt verb. Without it a verb meant for another
+// type (%d, %t) prints "%!d(config.Secret=<the value>)".
+func (s Secret) Format(f fmt.State, verb rune) {
+	if verb != 'q' {
+		verb = 's'
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), s.String())
+}
+
 // GoString hides the value from %#v too.
 func (s Secret) GoString() string { return s.String() }
 
