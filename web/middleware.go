@@ -297,16 +297,27 @@ func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
 var probeMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
 	http.MethodPatch, http.MethodDelete, http.MethodOptions}
 
-// methodNotAllowed answers 405 with the methods the path does accept.
+// methodNotAllowed answers 405 with the methods the path does accept. It
+// asks the resource's own router: chi's Match on the root counts a mount
+// point as matching every method.
 func (s *Server) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.RawPath
 	if path == "" {
 		path = r.URL.Path
 	}
 	var allow []string
-	for _, m := range probeMethods {
-		if s.mux.Match(chi.NewRouteContext(), m, path) {
-			allow = append(allow, m)
+	for prefix, sub := range s.subs {
+		rest, ok := strings.CutPrefix(path, prefix)
+		if !ok || rest != "" && rest[0] != '/' {
+			continue
+		}
+		if rest == "" {
+			rest = "/"
+		}
+		for _, m := range probeMethods {
+			if sub.Match(chi.NewRouteContext(), m, rest) {
+				allow = append(allow, m)
+			}
 		}
 	}
 	if len(allow) == 0 {

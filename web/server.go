@@ -55,6 +55,7 @@ type Server struct {
 	certs      *certManager // nil: plain HTTP
 
 	mux     *chi.Mux
+	subs    map[string]*chi.Mux // "/v1/<resource>" -> its router, for Allow
 	handler http.Handler
 
 	mu  sync.Mutex
@@ -116,9 +117,13 @@ func (s *Server) routes(h *api.Handler) *chi.Mux {
 	r.Use(requestID, s.recoverer, s.cors)
 	r.NotFound(s.notFound)
 	r.MethodNotAllowed(s.methodNotAllowed)
+	s.subs = map[string]*chi.Mux{}
 	r.Route("/v1", func(r chi.Router) {
 		for _, res := range h.Resources() {
 			r.Route(res.Prefix, func(r chi.Router) {
+				if m, ok := r.(*chi.Mux); ok {
+					s.subs["/v1"+res.Prefix] = m
+				}
 				for _, rt := range res.Routes {
 					e := s.endpoint(rt)
 					if rt.Scope != "" {
