@@ -13,6 +13,8 @@ const (
 	authFailBurst     = 5
 	// maxPeers bounds the failed-authentication table.
 	maxPeers = 8192
+	// sweepEvery spaces full sweeps of a full table.
+	sweepEvery = time.Second
 )
 
 // bucket is a token bucket.
@@ -29,8 +31,9 @@ type limiter struct {
 	max   int
 	now   func() time.Time
 
-	mu      sync.Mutex
-	buckets map[string]*bucket
+	mu        sync.Mutex
+	buckets   map[string]*bucket
+	lastSweep time.Time
 }
 
 func newLimiter(perMinute, burst float64, max int, now func() time.Time) *limiter {
@@ -92,15 +95,20 @@ func (l *limiter) check(key string) (bool, time.Duration) {
 }
 
 // makeRoom keeps the table below max: buckets that have refilled are the
-// same as new ones and go first; then arbitrary ones.
+// same as new ones and go first; then arbitrary ones. The full sweep runs
+// at most once per sweepEvery, so a spray of new addresses costs O(1)
+// per request, not a walk of the table each time.
 func (l *limiter) makeRoom(now time.Time) {
 	if l.max <= 0 || len(l.buckets) < l.max {
 		return
 	}
-	for k, b := range l.buckets {
-		l.refill(b, now)
-		if b.tokens >= l.burst {
-			delete(l.buckets, k)
+	if now.Sub(l.lastSweep) >= sweepEvery || now.Before(l.lastSweep) {
+		l.lastSweep = now
+		for k, b := range l.buckets {
+			l.refill(b, now)
+			if b.tokens >= l.burst {
+				delete(l.buckets, k)
+			}
 		}
 	}
 	for k := range l.buckets {
