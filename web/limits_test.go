@@ -35,7 +35,9 @@ func withClock(c *clock) envOption {
 }
 
 func withRate(perMinute, burst float64) envOption {
-	return func(a *config.API, _ *Options) { a.RateLimit = config.RateLimit{RequestsPerMinute: perMinute, Burst: burst} }
+	return func(a *config.API, _ *Options) {
+		a.RateLimit = config.RateLimit{RequestsPerMinute: perMinute, Burst: burst}
+	}
 }
 
 func TestPerTokenRateLimit(t *testing.T) {
