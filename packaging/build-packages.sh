@@ -1,0 +1,124 @@
+#!/bin/sh
+# Builds dist/pbx_VERSION_ARCH.deb and dist/pbx-VERSION-1.ARCH.rpm from nfpms.yaml.
+#
+# Usage: packaging/build-packages.sh        (what `make package` runs)
+#
+# Expects bin/pbx and bin/pbxctl from `make build`. Generates shell completions
+# (`pbxctl completion bash|zsh|fish`) and man pages (`pbxctl man DIR`, plus the
+# hand-written pbx(1)) into a staging directory, then runs nfpm from the Go module
+# proxy.
+#
+# Environment:
+#   PBX_VERSION  package version, used as given; default derived from VERSION
+#   VERSION      `git describe --tags --always --dirty` output (the Makefile passes it);
+#                default: run git describe here
+#   PBX_CONFIG_DIR  where pbx.yaml and examples/ come from; default packaging/config
+#   PBX_ARCH     Go architecture of the binaries; default `go env GOARCH`
+#   NFPM         nfpm command; default `go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2`
+#   DIST         output directory; default dist
+#   PBX_PACKAGERS  which packages to build; default "deb rpm"
+set -eu
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+die() {
+	echo "build-packages: $*" >&2
+	exit 1
+}
+
+# version_from_git turns `git describe` into a version dpkg and rpm both order
+# correctly: v1.2.3 -> 1.2.3, v1.2.3-rc1 -> 1.2.3~rc1 (before 1.2.3),
+# v1.2.3-4-gabc1234 -> 1.2.3+git4.abc1234 (after 1.2.3, before 1.2.4), no tag ->
+# 0.0.0~git<commits>.<sha> (before any release), and ".dirty" appended for
+# uncommitted changes. rpm forbids "-" in a version.
+version_from_git() {
+	desc=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || true)}
+	case "$desc" in
+	"" | dev)
+		echo 0.0.0~src
+		return
+		;;
+	esac
+	dirty=
+	case "$desc" in
+	*-dirty)
+		dirty=.dirty
+		desc=${desc%-dirty}
+		;;
+	esac
+	case "$desc" in
+	*-[0-9]*-g[0-9a-f]*)
+		base=${desc%-*-g*}
+		rest=${desc#"$base"-}
+		v="$(release "$base")+git${rest%%-g*}.${rest#*-g}"
+		;;
+	*.*)
+		v=$(release "$desc")
+		;;
+	*)
+		v="0.0.0~git$(git rev-list --count HEAD 2>/dev/null || echo 0).$desc"
+		;;
+	esac
+	echo "$v$dirty"
+}
+
+# release turns a tag into a version: no leading v, "-" (a pre-release) as "~".
+release() {
+	printf '%s' "${1#v}" | tr -- '-' '~'
+}
+
+PBX_VERSION=${PBX_VERSION:-$(version_from_git)}
+case "$PBX_VERSION" in
+[0-9]*) ;;
+*) die "version '$PBX_VERSION' must start with a digit" ;;
+esac
+if printf '%s' "$PBX_VERSION" | grep -q '[^A-Za-z0-9.+~]'; then
+	die "version '$PBX_VERSION' may contain only letters, digits and . + ~ (dpkg and rpm both accept those)"
+fi
+PBX_ARCH=${PBX_ARCH:-$(go env GOARCH)}
+NFPM=${NFPM:-go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2}
+DIST=${DIST:-dist}
+
+for b in pbx pbxctl; do
+	[ -x "bin/$b" ] || die "bin/$b is missing; run 'make build' first"
+done
+PBX_CONFIG_DIR=${PBX_CONFIG_DIR:-packaging/config}
+[ -f "$PBX_CONFIG_DIR/pbx.yaml" ] || die "$PBX_CONFIG_DIR/pbx.yaml is missing"
+[ -d "$PBX_CONFIG_DIR/examples" ] || die "$PBX_CONFIG_DIR/examples/ is missing"
+
+PBX_STAGE=$(mktemp -d)
+trap 'rm -rf "$PBX_STAGE"' EXIT INT TERM
+mkdir -p "$PBX_STAGE/completions" "$PBX_STAGE/man/man1" "$PBX_STAGE/gen"
+
+# Completions and man pages come from the same command tree the admin runs.
+bin/pbxctl completion bash >"$PBX_STAGE/completions/pbxctl.bash" || die "bin/pbxctl completion bash failed"
+bin/pbxctl completion zsh >"$PBX_STAGE/completions/_pbxctl" || die "bin/pbxctl completion zsh failed"
+bin/pbxctl completion fish >"$PBX_STAGE/completions/pbxctl.fish" || die "bin/pbxctl completion fish failed"
+for f in pbxctl.bash _pbxctl pbxctl.fish; do
+	[ -s "$PBX_STAGE/completions/$f" ] || die "bin/pbxctl wrote an empty completion script $f"
+done
+bin/pbxctl man "$PBX_STAGE/gen" >/dev/null || die "bin/pbxctl man DIR failed (the hidden man-page command)"
+cp packaging/man/pbx.1 "$PBX_STAGE/gen/pbx.1"
+find "$PBX_STAGE/gen" -type f -name '*.1' -exec cp {} "$PBX_STAGE/man/man1/" \;
+[ -e "$PBX_STAGE/man/man1/pbxctl.1" ] || die "bin/pbxctl man wrote no pbxctl.1"
+# -n leaves the time stamp out, so the same pages give the same package.
+gzip -9n "$PBX_STAGE"/man/man1/*.1
+
+# Reproducible time stamps: the last commit's time, unless the caller set one.
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
+fi
+export PBX_VERSION PBX_ARCH PBX_STAGE PBX_CONFIG_DIR SOURCE_DATE_EPOCH
+
+mkdir -p "$DIST"
+echo "build-packages: pbx $PBX_VERSION ($PBX_ARCH)"
+for packager in ${PBX_PACKAGERS:-deb rpm}; do
+	# shellcheck disable=SC2086 # NFPM is a command line
+	$NFPM package -f nfpms.yaml -p "$packager" -t "$DIST/" >"$PBX_STAGE/nfpm.log" 2>&1 || {
+		cat "$PBX_STAGE/nfpm.log" >&2
+		die "nfpm failed for $packager"
+	}
+	sed -n 's/.*created package: //p' "$PBX_STAGE/nfpm.log"
+done
+ls -l "$DIST"/pbx[_-]"$PBX_VERSION"[_-]*

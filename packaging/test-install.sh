@@ -1,0 +1,383 @@
+#!/bin/sh
+# Install test for the pbx .deb: what an admin does on a machine nobody prepared.
+#
+# Usage: packaging/test-install.sh [PACKAGE.deb]     (what `make test-package` runs)
+#
+# Runs as root. In a fresh minimal Debian 12 (bookworm) root made by debootstrap, it
+# installs the package with dpkg, checks the user, directories, owners and files,
+# validates the shipped configuration, runs `pbx run --config /etc/pbx` and checks
+# that it answers SIP OPTIONS on loopback, upgrades to a rebuilt package with a
+# higher version and a changed default configuration and checks that the admin's
+# edit of /etc/pbx/pbx.yaml is kept without any prompt, then removes (configuration
+# and data kept) and purges (/etc/pbx gone, data kept).
+#
+# It does all of that twice: in a root with systemd installed (sysusers, tmpfiles,
+# `systemctl enable` offline) and in a bare minbase root (useradd, mkdir). systemd
+# never runs in a chroot, so both exercise the "systemd is not running" path.
+#
+# PACKAGE.deb defaults to the newest dist/pbx_*_ARCH.deb (from `make package`); when
+# there is none, packaging/build-packages.sh builds it from bin/.
+#
+# Environment:
+#   PBX_TEST_CACHE   where debootstrapped roots are cached as tarballs (/var/cache/pbx-test)
+#   PBX_TEST_MIRROR  Debian mirror (http://deb.debian.org/debian)
+#   PBX_TEST_ROOTS   which roots to test ("systemd plain")
+set -eu
+
+started=$(date +%s)
+repo=$(cd "$(dirname "$0")/.." && pwd)
+suite=bookworm
+mirror=${PBX_TEST_MIRROR:-http://deb.debian.org/debian}
+cache=${PBX_TEST_CACHE:-/var/cache/pbx-test}
+roots=${PBX_TEST_ROOTS:-systemd plain}
+path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+say() { printf 'test-install: %s\n' "$*"; }
+die() {
+	say "$*" >&2
+	exit 1
+}
+
+passed=0
+failed=0
+# check DESCRIPTION COMMAND...: runs COMMAND and records the outcome.
+check() {
+	desc=$1
+	shift
+	if "$@"; then
+		passed=$((passed + 1))
+		printf 'ok      %s\n' "$desc"
+	else
+		failed=$((failed + 1))
+		printf 'FAILED  %s\n' "$desc"
+	fi
+}
+
+[ "$(id -u)" -eq 0 ] || die "must run as root (debootstrap, chroot and mount need it)"
+for tool in dpkg dpkg-deb go timeout sha256sum; do
+	command -v "$tool" >/dev/null 2>&1 || die "$tool is missing"
+done
+if ! command -v debootstrap >/dev/null 2>&1; then
+	say "installing debootstrap"
+	export DEBIAN_FRONTEND=noninteractive
+	if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }; then
+		die "cannot install debootstrap; run: apt-get install debootstrap"
+	fi
+fi
+arch=$(dpkg --print-architecture)
+
+# ---------------------------------------------------------------- work area --
+
+work=$(mktemp -d /var/tmp/pbx-test.XXXXXX)
+daemon=
+mounted=
+
+cleanup() {
+	status=$?
+	if [ -n "$daemon" ]; then
+		kill -KILL "$daemon" 2>/dev/null || true
+	fi
+	for m in $mounted; do
+		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+	done
+	# Never delete while anything is still mounted below the work area: a bind
+	# mount of /dev would take the host's device nodes with it.
+	if grep -q " $work/" /proc/self/mounts; then
+		say "mounts remain under $work; not deleting it" >&2
+	else
+		rm -rf "$work"
+	fi
+	exit $status
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --------------------------------------------------------------- packages --
+
+old_deb=${1:-}
+if [ -z "$old_deb" ]; then
+	# shellcheck disable=SC2012 # names are ours: pbx_VERSION_ARCH.deb
+	old_deb=$(ls -t "$repo"/dist/pbx_*_"$arch".deb 2>/dev/null | head -n 1 || true)
+fi
+if [ -z "$old_deb" ]; then
+	say "no package in dist/; building one"
+	PBX_PACKAGERS=deb "$repo/packaging/build-packages.sh" >/dev/null
+	# shellcheck disable=SC2012
+	old_deb=$(ls -t "$repo"/dist/pbx_*_"$arch".deb | head -n 1)
+fi
+[ -f "$old_deb" ] || die "no such package: $old_deb"
+old_version=$(dpkg-deb -f "$old_deb" Version)
+old_upstream=${old_version%-*}
+say "package $old_deb ($old_version)"
+
+# The upgrade: the same binaries, a higher version, and a changed default
+# configuration, which is what makes dpkg prompt about a conffile.
+new_upstream=$old_upstream.1
+mkdir "$work/config-up" "$work/dist-up"
+cp -R "$repo/packaging/config/." "$work/config-up/"
+printf '# Default changed by a later version of the package.\n' >>"$work/config-up/pbx.yaml"
+PBX_VERSION=$new_upstream PBX_CONFIG_DIR=$work/config-up DIST=$work/dist-up PBX_PACKAGERS=deb \
+	"$repo/packaging/build-packages.sh" >"$work/build-up.log" 2>&1 || {
+	cat "$work/build-up.log" >&2
+	die "could not build the upgrade package"
+}
+new_deb=$(ls "$work"/dist-up/pbx_*.deb)
+new_version=$(dpkg-deb -f "$new_deb" Version)
+dpkg --compare-versions "$new_version" gt "$old_version" ||
+	die "upgrade version $new_version does not sort after $old_version"
+
+(cd "$repo" && go build -o "$work/sipping" ./packaging/sipping) || die "cannot build packaging/sipping"
+
+# ------------------------------------------------------------------ roots --
+
+# make_root NAME INCLUDE: a fresh root in $work/NAME, from the cache when possible.
+make_root() {
+	name=$1
+	include=$2
+	root=$work/$name
+	tarball=$cache/$suite-minbase-$arch-$name.tar.gz
+	mkdir -p "$root"
+	if [ -f "$tarball" ] && tar -C "$root" --numeric-owner -xzpf "$tarball"; then
+		say "root $name from $tarball"
+		return 0
+	fi
+	rm -rf "$root" && mkdir -p "$root" "$cache"
+	say "debootstrap $suite (minbase${include:+ + $include}) from $mirror"
+	if ! debootstrap --variant=minbase ${include:+--include="$include"} \
+		"$suite" "$root" "$mirror" >"$work/debootstrap-$name.log" 2>&1; then
+		tail -n 20 "$work/debootstrap-$name.log" >&2
+		die "debootstrap failed"
+	fi
+	tar -C "$root" --numeric-owner -czf "$tarball.tmp.$$" . && mv "$tarball.tmp.$$" "$tarball"
+	say "cached the root as $tarball"
+}
+
+mount_root() {
+	mount -t proc proc "$1/proc"
+	mounted="$1/proc $mounted"
+	mount --bind /dev "$1/dev"
+	mounted="$1/dev $mounted"
+}
+
+umount_root() {
+	umount "$1/dev" && umount "$1/proc"
+	# shellcheck disable=SC2086 # one word per mount point
+	mounted=$(printf '%s\n' $mounted | grep -v "^$1/" | tr '\n' ' ')
+}
+
+# in_root COMMAND...: runs COMMAND in the root with a clean environment and no input.
+in_root() {
+	chroot "$root" /usr/bin/env -i PATH="$path" LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive \
+		"$@" </dev/null
+}
+
+# --------------------------------------------------------------- helpers --
+
+# owner_mode PATH: "user:group mode" as seen inside the root.
+owner_mode() {
+	in_root stat -c '%U:%G %a' "$1" 2>/dev/null
+}
+
+quiet() { "$@" >/dev/null 2>&1; }
+lacks() { ! grep -Eqi "$1" "$2"; }
+system_uid() { [ -n "$1" ] && [ "$1" -lt 1000 ]; }
+closed_shell() { case "$1" in */nologin | */false) return 0 ;; esac; return 1; }
+has_yaml() { [ -n "$(find "$1" -type f -name '*.yaml' | head -n 1)" ]; }
+not_installed() { ! in_root dpkg-query -W pbx >/dev/null 2>&1; }
+# dpkg_field FIELD: a field of the installed pbx package.
+dpkg_field() { in_root dpkg-query -W -f="\${$1}" pbx; }
+
+is() { [ "$1" = "$2" ] || {
+	printf '        got "%s", want "%s"\n' "$1" "$2"
+	return 1
+}; }
+
+# free_port: a port no UDP or TCP socket on the host uses.
+free_port() {
+	i=0
+	while [ $i -lt 50 ]; do
+		port=$((20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 10000))
+		hex=$(printf '%04X' "$port")
+		if ! cat /proc/net/udp /proc/net/udp6 /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+			grep -q ":$hex "; then
+			echo "$port"
+			return 0
+		fi
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# set_sip_port FILE PORT: what an admin does to move SIP off 5060. Sets
+# spec.sip.bindPort, adding it (or the whole sip block under spec) when absent, and
+# rewrites the file in place so it keeps its owner and mode.
+set_sip_port() {
+	if grep -Eq '^ *sip: *(#.*)?$' "$1"; then
+		awk -v port="$2" '
+			function spaces(n,  s) { s = ""; while (n-- > 0) s = s " "; return s }
+			function indent(s) { match(s, /^ */); return RLENGTH }
+			insip && /^ *[^ #]/ && indent($0) <= sipind {
+				print spaces(sipind + 2) "bindPort: " port; insip = 0; done = 1
+			}
+			insip && indent($0) == sipind + 2 && /^ *bindPort:/ {
+				sub(/bindPort:.*/, "bindPort: " port); insip = 0; done = 1
+			}
+			{ print }
+			!done && !insip && /^ *sip: *(#.*)?$/ { insip = 1; sipind = indent($0) }
+			END {
+				if (insip) { print spaces(sipind + 2) "bindPort: " port; done = 1 }
+				if (!done) exit 3
+			}
+		' "$1" >"$work/edit.yaml" || return 1
+	else
+		awk -v port="$2" '
+			{ print }
+			!done && /^spec: *(#.*)?$/ { print "  sip:"; print "    bindPort: " port; done = 1 }
+			END { if (!done) exit 3 }
+		' "$1" >"$work/edit.yaml" || return 1
+	fi
+	cat "$work/edit.yaml" >"$1"
+}
+
+# ------------------------------------------------------------------- test --
+
+test_root() {
+	name=$1
+	say "--- root: $name"
+	mount_root "$root"
+	cp "$old_deb" "$root/tmp/pbx-old.deb"
+	cp "$new_deb" "$root/tmp/pbx-new.deb"
+
+	# Install.
+	if in_root timeout 300 dpkg -i /tmp/pbx-old.deb >"$work/install.log" 2>&1; then
+		check "dpkg -i $old_version" true
+	else
+		check "dpkg -i $old_version" false
+		sed 's/^/        /' "$work/install.log"
+		umount_root "$root"
+		return 0
+	fi
+	sed -n 's/^/        /; /pbx: /p' "$work/install.log"
+
+	pw=$(in_root getent passwd pbx || true)
+	check "user pbx exists" [ -n "$pw" ]
+	uid=$(printf '%s' "$pw" | cut -d: -f3)
+	check "pbx is a system user (uid $uid)" system_uid "$uid"
+	check "pbx's home is /var/lib/pbx" is "$(printf '%s' "$pw" | cut -d: -f6)" /var/lib/pbx
+	check "pbx cannot log in" closed_shell "$(printf '%s' "$pw" | cut -d: -f7)"
+	check "group pbx exists" quiet in_root getent group pbx
+	check "/etc/pbx is root:pbx 0750" is "$(owner_mode /etc/pbx)" "root:pbx 750"
+	check "/etc/pbx/pbx.yaml is root:pbx 0640" is "$(owner_mode /etc/pbx/pbx.yaml)" "root:pbx 640"
+	check "/var/lib/pbx is pbx:pbx 0750" is "$(owner_mode /var/lib/pbx)" "pbx:pbx 750"
+	check "/etc/pbx/pbx.yaml is the shipped default" cmp -s "$root/etc/pbx/pbx.yaml" "$root/usr/share/pbx/pbx.yaml"
+	for f in /usr/bin/pbx /usr/bin/pbxctl; do
+		check "$f is root:root 0755" is "$(owner_mode $f)" "root:root 755"
+	done
+	for f in /usr/lib/systemd/system/pbx.service /usr/lib/sysusers.d/pbx.conf \
+		/usr/lib/tmpfiles.d/pbx.conf /usr/share/man/man1/pbx.1.gz /usr/share/man/man1/pbxctl.1.gz \
+		/usr/share/bash-completion/completions/pbxctl /usr/share/zsh/vendor-completions/_pbxctl \
+		/usr/share/fish/vendor_completions.d/pbxctl.fish; do
+		check "$f installed" [ -s "$root$f" ]
+	done
+	check "examples under /usr/share/doc/pbx/examples" has_yaml "$root/usr/share/doc/pbx/examples"
+	check "no dpkg conffiles (upgrades never prompt)" is "$(dpkg_field Conffiles)" ""
+	if [ -x "$root/usr/bin/systemctl" ]; then
+		check "pbx.service enabled offline" \
+			[ -L "$root/etc/systemd/system/multi-user.target.wants/pbx.service" ]
+	fi
+	check "postinst says systemd is not running" grep -q "systemd is not" "$work/install.log"
+
+	# The shipped configuration validates, as the daemon's user reads it.
+	in_root runuser -u pbx -- pbxctl validate /etc/pbx >"$work/validate.log" 2>&1 && rc=0 || rc=$?
+	check "pbxctl validate /etc/pbx: clean (exit $rc)" [ "$rc" -eq 0 ]
+	check "pbxctl validate /etc/pbx: no warnings" lacks warning "$work/validate.log"
+	[ "$rc" -eq 0 ] || sed 's/^/        /' "$work/validate.log"
+
+	# The admin's edit: SIP on a free port (5060 may be taken by another test),
+	# plus a marker line that must survive the upgrade.
+	port=$(free_port) || die "no free port"
+	check "edit sip.bindPort to $port" set_sip_port "$root/etc/pbx/pbx.yaml" "$port"
+	printf '# Edited by the admin on %s.\n' "$(date -u +%FT%TZ)" >>"$root/etc/pbx/pbx.yaml"
+	edited=$(sha256sum <"$root/etc/pbx/pbx.yaml")
+	check "edited configuration validates" quiet in_root runuser -u pbx -- pbxctl validate /etc/pbx
+	check "edit kept owner and mode" is "$(owner_mode /etc/pbx/pbx.yaml)" "root:pbx 640"
+
+	# Run the daemon as the unit does, and ask it for OPTIONS from the host.
+	chroot --userspec=pbx:pbx "$root" /usr/bin/env -i PATH="$path" HOME=/var/lib/pbx \
+		/usr/bin/pbx run --config /etc/pbx </dev/null >"$work/run-$name.log" 2>&1 &
+	daemon=$!
+	"$work/sipping" -timeout 20s "127.0.0.1:$port" >"$work/sipping.log" 2>&1 && rc=0 || rc=$?
+	if [ "$rc" -eq 0 ]; then
+		check "pbx answers OPTIONS on 127.0.0.1:$port: $(cat "$work/sipping.log")" true
+	else
+		check "pbx answers OPTIONS on 127.0.0.1:$port (sipping exit $rc)" false
+		sed 's/^/        /' "$work/sipping.log"
+		tail -n 20 "$work/run-$name.log" | sed 's/^/        daemon: /'
+	fi
+	kill -TERM "$daemon" 2>/dev/null || true
+	i=0
+	while kill -0 "$daemon" 2>/dev/null && [ $i -lt 100 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	if kill -0 "$daemon" 2>/dev/null; then
+		check "pbx stops within 10s of SIGTERM with no calls" false
+		kill -KILL "$daemon" 2>/dev/null || true
+		wait "$daemon" 2>/dev/null || true
+	else
+		wait "$daemon" && rc=0 || rc=$?
+		check "pbx stops within 10s of SIGTERM with no calls, exit $rc" [ "$rc" -eq 0 ]
+	fi
+	daemon=
+	check "everything in /var/lib/pbx belongs to pbx" \
+		is "$(find "$root/var/lib/pbx" ! -uid "$uid" | head -n 3)" ""
+
+	# Upgrade with no terminal and no input: a prompt would fail or hang (timeout).
+	in_root timeout 120 dpkg -i /tmp/pbx-new.deb >"$work/upgrade.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -i $new_version without a terminal (exit $rc)" [ "$rc" -eq 0 ]
+	[ "$rc" -eq 0 ] || sed 's/^/        /' "$work/upgrade.log"
+	check "installed version is $new_version" is "$(dpkg_field Version)" "$new_version"
+	check "admin's /etc/pbx/pbx.yaml kept byte for byte" is "$(sha256sum <"$root/etc/pbx/pbx.yaml")" "$edited"
+	check "the new default is shipped beside it" grep -q "later version" "$root/usr/share/pbx/pbx.yaml"
+	check "no .dpkg-new/.dpkg-dist/.dpkg-old files" is "$(find "$root/etc/pbx" -name '*.dpkg-*')" ""
+	check "dpkg asked nothing" lacks "configuration file|would you like" "$work/upgrade.log"
+
+	# Remove: programs gone, configuration and data kept.
+	in_root dpkg -r pbx >"$work/remove.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -r pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "/usr/bin/pbx removed" [ ! -e "$root/usr/bin/pbx" ]
+	check "/etc/pbx/pbx.yaml kept with the edit" is "$(sha256sum <"$root/etc/pbx/pbx.yaml")" "$edited"
+	check "/var/lib/pbx kept" [ -d "$root/var/lib/pbx" ]
+	check "user pbx kept" quiet in_root getent passwd pbx
+	check "dpkg -r printed no warnings" lacks warning "$work/remove.log"
+	if [ -x "$root/usr/bin/systemctl" ]; then
+		check "pbx.service no longer enabled" \
+			[ ! -e "$root/etc/systemd/system/multi-user.target.wants/pbx.service" ]
+	fi
+
+	# Purge: configuration gone, data kept.
+	in_root dpkg -P pbx >"$work/purge.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -P pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "/etc/pbx deleted" [ ! -e "$root/etc/pbx" ]
+	check "/var/lib/pbx kept" [ -d "$root/var/lib/pbx" ]
+	check "pbx no longer known to dpkg" not_installed
+
+	umount_root "$root"
+}
+
+for name in $roots; do
+	case "$name" in
+	systemd) make_root systemd systemd ;;
+	plain) make_root plain "" ;;
+	*) die "unknown root '$name' in PBX_TEST_ROOTS (systemd, plain)" ;;
+	esac
+	test_root "$name"
+	if grep -q " $work/$name/" /proc/self/mounts; then
+		die "mounts remain under $work/$name"
+	fi
+	rm -rf "${work:?}/$name"
+done
+
+elapsed=$(($(date +%s) - started))
+say "$passed passed, $failed failed in ${elapsed}s"
+[ "$failed" -eq 0 ]
