@@ -73,6 +73,12 @@ func migrateFile(rel string, data []byte) (*Migration, error) {
 		if kind != KindSystem && kind != KindTenant {
 			continue
 		}
+		who := kind // named like a problem line: Tenant/acme
+		if md := mappingValue(top, "metadata"); md != nil && md.Kind == yaml.MappingNode {
+			if name := mappingValue(md, "name"); name != nil && scalarValue(name) != "" {
+				who += "/" + scalarValue(name)
+			}
+		}
 		spec := mappingValue(top, "spec")
 		if spec == nil || spec.Kind != yaml.MappingNode {
 			continue
@@ -82,7 +88,7 @@ func migrateFile(rel string, data []byte) (*Migration, error) {
 			continue
 		}
 		if mappingKey(spec, "roomservice") != nil {
-			notes = append(notes, fmt.Sprintf("%s:%d: %s: livekit and roomservice are both set; not rewritten (remove one by hand)", rel, key.Line, kind))
+			notes = append(notes, fmt.Sprintf("%s:%d: %s: livekit and roomservice are both set; not rewritten (remove one by hand)", rel, key.Line, who))
 			continue
 		}
 		i := key.Line - 1
@@ -98,7 +104,7 @@ func migrateFile(rel string, data []byte) (*Migration, error) {
 		at += min(col, len(ln))
 		lines[i] = ln[:at] + "roomservice" + ln[at+len("livekit"):]
 		changed = true
-		notes = append(notes, fmt.Sprintf("%s:%d: %s: livekit renamed to roomservice", rel, key.Line, kind))
+		notes = append(notes, fmt.Sprintf("%s:%d: %s: livekit renamed to roomservice", rel, key.Line, who))
 	}
 	if !changed && len(notes) == 0 {
 		return nil, nil
