@@ -30,11 +30,21 @@ func Print(w io.Writer, c *Config) error {
 		}
 		return enc.Encode(d)
 	}
-	if err := emit(KindSystem, &c.System.Meta, &c.System); err != nil {
+	// The room service prints under its current key, and a tenant's room service and
+	// SMTP print as in force: a tenant's own SMTP block holds only what it overrides,
+	// and a nil room service means both "inherit" and "switched off".
+	sys := c.System
+	sys.RoomService, sys.LiveKit = c.RoomServiceFor(nil), nil
+	if err := emit(KindSystem, &sys.Meta, &sys); err != nil {
 		return err
 	}
 	for _, x := range c.Tenants {
-		if err := emit(KindTenant, &x.Meta, x); err != nil {
+		t := *x
+		t.RoomService, t.LiveKit = c.RoomServiceFor(x), nil
+		if x.SMTP != nil {
+			t.SMTP = c.SMTPFor(x)
+		}
+		if err := emit(KindTenant, &t.Meta, &t); err != nil {
 			return err
 		}
 	}

@@ -79,7 +79,7 @@ type System struct {
 	Security         Security     `yaml:"security"`
 	Webhooks         Webhooks     `yaml:"webhooks"`
 	RoomService      *RoomService `yaml:"roomservice"`
-	LiveKit          *RoomService `yaml:"livekit"` // deprecated spelling of roomservice
+	LiveKit          *RoomService `yaml:"livekit,omitempty"` // deprecated spelling of roomservice; never printed
 }
 
 // SIP is the sip block.
@@ -124,8 +124,8 @@ type Certificate struct {
 // Media is the media block.
 type Media struct {
 	Codecs      []string `yaml:"codecs"`
-	RTPPortMin  int      `yaml:"rtpPortMin"`
-	RTPPortMax  int      `yaml:"rtpPortMax"`
+	RTPPortMin  int      `yaml:"rtpPortMin,omitempty"` // 0: the media library's default
+	RTPPortMax  int      `yaml:"rtpPortMax,omitempty"`
 	ExternalIP  string   `yaml:"externalIp"`
 	SAVPProfile string   `yaml:"savpProfile"`
 	// Timeout ends a call whose RTP stopped in both directions this long; zero
@@ -412,7 +412,7 @@ type Tenant struct {
 	AllowInterTenant bool         `yaml:"allowInterTenant"`
 	Recording        *Recording   `yaml:"recording"`
 	RoomService      *RoomService `yaml:"roomservice"`
-	LiveKit          *RoomService `yaml:"livekit"`
+	LiveKit          *RoomService `yaml:"livekit,omitempty"` // deprecated spelling of roomservice; never printed
 	Storage          *Storage     `yaml:"storage"`
 	SMTP             *SMTP        `yaml:"smtp"`
 	MOH              *MOH         `yaml:"moh"`
