@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,39 @@ func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Dura
 	return l, nil
 }
 
+// rewritten reports whether the leg's destination differs from the address
+// its URI names (NAT, or the registering TCP connection).
+func (l *outLeg) rewritten() bool {
+	lt := l.target
+	if !lt.Destination.IsValid() {
+		return false
+	}
+	ip, err := netip.ParseAddr(strings.Trim(lt.URI.Host, "[]"))
+	if err != nil {
+		return true
+	}
+	port := lt.URI.Port
+	if port == 0 {
+		port = 5060
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(port)) != lt.Destination
+}
+
+// requestURI is the target URI, with host and port replaced by the
+// destination when they differ (as Asterisk's rewrite_contact does): the
+// CANCEL sipgo builds goes to the Request-URI, and so must every request of
+// the leg.
+func (l *outLeg) requestURI() sip.Uri {
+	u := l.target.URI
+	if !l.rewritten() {
+		return u
+	}
+	u = *u.Clone()
+	u.Host = l.target.Destination.Addr().String()
+	u.Port = int(l.target.Destination.Port())
+	return u
+}
+
 func (l *outLeg) send(ev legEvent) {
 	ev.leg = l
 	select {
@@ -96,7 +130,8 @@ func (l *outLeg) send(ev legEvent) {
 func (l *outLeg) buildInvite(target *Target) *sip.Request {
 	c := l.call
 	lt := l.target
-	req := sip.NewRequest(sip.INVITE, lt.URI)
+	ruri := l.requestURI()
+	req := sip.NewRequest(sip.INVITE, ruri)
 	req.SetTransport(strings.ToUpper(l.ep.Transport))
 	if lt.Destination.IsValid() {
 		req.SetDestination(lt.Destination.String())
@@ -164,7 +199,9 @@ func (l *outLeg) run() {
 
 	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
 	defer cancel()
-	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact}
+	// In-dialog requests (ACK, BYE) follow the 2xx's source when the
+	// Contact cannot be reached directly.
+	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact, RewriteContact: l.rewritten()}
 	d, err := dua.WriteInvite(ctx, req)
 	if err != nil {
 		l.log.Warn("invite not sent", "err", err)

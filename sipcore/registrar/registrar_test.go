@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -238,9 +239,14 @@ func attempt(t *testing.T, p *siptest.Phone, user, password string) (*sip.Respon
 }
 
 func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
+	var mu sync.Mutex
 	var failures []string
 	e := newEnv(t, func(o *registrar.Options) {
-		o.OnAuthFailure = func(src netip.AddrPort, d, u string) { failures = append(failures, u) }
+		o.OnAuthFailure = func(src netip.AddrPort, d, u string) {
+			mu.Lock()
+			failures = append(failures, u)
+			mu.Unlock()
+		}
 	})
 	p := e.phone(t, "udp", "probe", "x")
 	chalKnown, wrongPass := attempt(t, p, "alice", "not-the-password")
@@ -256,9 +262,11 @@ func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
 	if a != b {
 		t.Fatalf("rejections differ:\n%s\n---\n%s", a, b)
 	}
-	if len(failures) != 2 {
+	mu.Lock()
+	if len(failures) != 2 || failures[0] != "alice" || failures[1] != "mallory" {
 		t.Fatalf("auth failures reported: %v", failures)
 	}
+	mu.Unlock()
 	_, ok := attempt(t, p, "alice", "alice-secret")
 	if ok.StatusCode != 200 {
 		t.Fatalf("right password: %d", ok.StatusCode)

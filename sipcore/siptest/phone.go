@@ -209,6 +209,16 @@ func (p *Phone) newRequest(method sip.RequestMethod, ruri sip.Uri) *sip.Request 
 	req := sip.NewRequest(method, ruri)
 	req.SetDestination(p.opts.PBX.String())
 	req.SetTransport(strings.ToUpper(p.opts.Transport))
+	if method == sip.INVITE {
+		// An outbound proxy route: the CANCEL sipgo builds copies Route,
+		// not the destination, and must not resolve the domain.
+		route := &sip.RouteHeader{Address: sip.Uri{Scheme: "sip", Host: p.opts.PBX.Addr().String(), Port: int(p.opts.PBX.Port()),
+			UriParams: sip.HeaderParams{{K: "lr", V: ""}}}}
+		if p.opts.Transport == "tcp" {
+			route.Address.UriParams = append(route.Address.UriParams, sip.HeaderKV{K: "transport", V: "tcp"})
+		}
+		req.AppendHeader(route)
+	}
 	return req
 }
 

@@ -1,0 +1,526 @@
+package b2bua_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/rtpcore"
+	"pbx/sipcore"
+	"pbx/sipcore/b2bua"
+	"pbx/sipcore/registrar"
+	"pbx/sipcore/siptest"
+)
+
+const (
+	domain = "acme.example"
+	tenant = "acme"
+	wait   = 15 * time.Second
+)
+
+type recorder struct {
+	mu     sync.Mutex
+	events []b2bua.Event
+	onEv   func(b2bua.Event)
+}
+
+func (r *recorder) CallEvent(ev b2bua.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	f := r.onEv
+	r.mu.Unlock()
+	if f != nil {
+		f(ev)
+	}
+}
+
+func (r *recorder) kinds() []b2bua.EventKind {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []b2bua.EventKind
+	for _, e := range r.events {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+// ended waits for the ended event and returns it.
+func (r *recorder) ended(t *testing.T) b2bua.Event {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if e.Kind == b2bua.EventEnded {
+				r.mu.Unlock()
+				return e
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no ended event; got %v", r.kinds())
+	return b2bua.Event{}
+}
+
+type env struct {
+	t     *testing.T
+	srv   *sipcore.Server
+	reg   *registrar.Registrar
+	dir   *siptest.Directory
+	calls *b2bua.Manager
+	rec   *recorder
+	udp   netip.AddrPort
+	tcp   netip.AddrPort
+}
+
+type envOpts struct {
+	ringTimeout  time.Duration
+	mediaTimeout time.Duration
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	dir := siptest.NewDirectory()
+	dir.AddDomain(tenant, domain)
+	for _, a := range []registrar.Account{
+		{Username: "alice", Password: "alice-pw", Extension: "101", DisplayName: "Alice"},
+		{Username: "bob", Password: "bob-pw", Extension: "102"},
+		{Username: "carol", Password: "carol-pw", Extension: "103"},
+	} {
+		dir.AddAccount(domain, a)
+	}
+	srv, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{
+		{ID: "udp", Transport: "udp", BindHost: "127.0.0.1"},
+		{ID: "tcp", Transport: "tcp", BindHost: "127.0.0.1"},
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := registrar.NewAuth(registrar.AuthOptions{}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registrar.New(registrar.Options{Auth: auth}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Handle(sip.REGISTER, reg.HandleRegister)
+	media, err := rtpcore.New(rtpcore.Options{BindIP: netip.MustParseAddr("127.0.0.1"), PortMin: 42000, PortMax: 44999, Quarantine: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	ring := o.ringTimeout
+	if ring == 0 {
+		ring = 10 * time.Second
+	}
+	router := b2bua.RouterFunc(func(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
+		ext := in.RequestURI.User
+		if _, ok := dir.AccountByExtension(in.Caller.Tenant, ext); !ok {
+			return b2bua.Decision{Reject: &b2bua.Rejection{Status: 404, Cause: b2bua.CauseNoRoute}}
+		}
+		legs := b2bua.LegsFor(reg.Lookup(in.Caller.Tenant, ext), srv.ConnectionOpen, ext, ext)
+		return b2bua.Decision{Target: &b2bua.Target{
+			Legs: legs, RingTimeout: ring,
+			CallerID: b2bua.Identity{User: in.Caller.Extension, DisplayName: in.Caller.DisplayName},
+			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain},
+		}}
+	})
+	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer ccancel()
+		if err := calls.Close(cctx); err != nil {
+			t.Errorf("close calls: %v", err)
+		}
+		cancel()
+		<-done
+		srv.Close()
+		media.Close()
+	})
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	e := &env{t: t, srv: srv, reg: reg, dir: dir, calls: calls, rec: rec}
+	e.udp, _ = srv.Addr("udp")
+	e.tcp, _ = srv.Addr("tcp")
+	return e
+}
+
+func (e *env) phone(transport, user, pw string, codecs ...uint8) *siptest.Phone {
+	pbx := e.udp
+	if transport == "tcp" {
+		pbx = e.tcp
+	}
+	p := siptest.NewPhone(e.t, siptest.Options{Transport: transport, Username: user, Password: pw, Domain: domain, PBX: pbx, Codecs: codecs})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	p.MustRegister(ctx, 600)
+	return p
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitCh(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		t.Fatalf("timeout waiting for %s", what)
+	}
+}
+
+func final(t *testing.T, c *siptest.Call) int {
+	t.Helper()
+	waitCh(t, c.Done(), "final response")
+	s, _ := c.Final()
+	return s
+}
+
+// exchange sends n packets from a to b through the PBX and checks that b
+// received them with the same sequence numbers and payloads.
+func exchange(t *testing.T, from, to *siptest.Media, n int, tag string) {
+	t.Helper()
+	before := len(to.Received())
+	sent := map[uint16][]byte{}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := range n {
+		payload := bytes.Repeat([]byte(fmt.Sprintf("%s%03d", tag, i)), 20)
+		seq, err := from.Send(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent[seq] = payload
+		if i%10 == 9 {
+			// Let the relay catch up under CPU contention without a sleep.
+			if _, err := to.WaitReceived(ctx, before+i/2); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got, err := to.WaitReceived(ctx, before+n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	matched := 0
+	for _, p := range got[before:] {
+		want, ok := sent[p.SequenceNumber]
+		if !ok {
+			t.Fatalf("received unexpected seq %d", p.SequenceNumber)
+		}
+		if !bytes.Equal(p.Payload, want) {
+			t.Fatalf("seq %d payload %q, want %q", p.SequenceNumber, p.Payload, want)
+		}
+		matched++
+	}
+	if matched != n {
+		t.Fatalf("matched %d of %d packets", matched, n)
+	}
+}
+
+func TestCallRelaysRTP(t *testing.T) {
+	for _, tr := range []string{"udp", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			e := newEnv(t, envOpts{})
+			alice := e.phone(tr, "alice", "alice-pw")
+			bob := e.phone(tr, "bob", "bob-pw")
+			// sipgo handles datagrams concurrently: a 180 immediately followed
+			// by a 200 may be overtaken, so ring a moment first.
+			bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, Delay: 200 * time.Millisecond})
+			var answeredBeforeCaller atomic.Bool
+			var call *siptest.Call
+			var callMu sync.Mutex
+			e.rec.mu.Lock()
+			e.rec.onEv = func(ev b2bua.Event) {
+				if ev.Kind == b2bua.EventAnswered {
+					callMu.Lock()
+					c := call
+					callMu.Unlock()
+					select {
+					case <-c.Answered():
+					default:
+						answeredBeforeCaller.Store(true)
+					}
+					if ev.Media.Session == nil || ev.Media.Callee == nil {
+						t.Errorf("answered event without media access")
+					}
+				}
+			}
+			e.rec.mu.Unlock()
+			callMu.Lock()
+			call = alice.Dial(ctxT(t), "102")
+			callMu.Unlock()
+			in := bob.WaitIncoming(wait)
+			if s := final(t, call); s != 200 {
+				_, err := call.Final()
+				t.Fatalf("call final %d: %v", s, err)
+			}
+			waitCh(t, in.Answered(), "bob answered")
+			if !answeredBeforeCaller.Load() {
+				t.Fatalf("answered event was not delivered before the caller's 200")
+			}
+			am, bm := call.Media(), in.Media()
+			if am.Remote().Port() == uint16(bm.Port()) || bm.Remote().Port() == uint16(am.Port()) {
+				t.Fatalf("phones talk directly: alice->%s bob->%s", am.Remote(), bm.Remote())
+			}
+			exchange(t, am, bm, 40, "a")
+			exchange(t, bm, am, 40, "b")
+
+			live := e.calls.Calls()
+			if len(live) != 1 || live[0].State != b2bua.StateAnswered || live[0].From != "alice" || live[0].To != "102" || live[0].Tenant != tenant {
+				t.Fatalf("live calls %+v", live)
+			}
+			if err := call.Hangup(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			waitCh(t, in.Ended(), "bob BYE")
+			if !in.RemoteHangup() {
+				t.Fatalf("bob did not get a BYE")
+			}
+			ev := e.rec.ended(t)
+			if ev.Call.Cause != b2bua.CauseAnswered || ev.Call.Answer.IsZero() || ev.Call.AnsweredBy != "102" || len(ev.Call.Legs) != 1 || !ev.Call.Legs[0].Won {
+				t.Fatalf("ended event %+v", ev.Call)
+			}
+			if ev.Call.SIPCallID == "" || ev.Call.DialogID == "" || ev.Call.FromName != "ALICE" {
+				t.Fatalf("ended event identifiers %+v", ev.Call)
+			}
+			kinds := e.rec.kinds()
+			want := []b2bua.EventKind{b2bua.EventCreated, b2bua.EventRinging, b2bua.EventAnswered}
+			for i, k := range want {
+				if i >= len(kinds) || kinds[i] != k {
+					t.Fatalf("events %v, want prefix %v", kinds, want)
+				}
+			}
+		})
+	}
+}
+
+func TestForkSecondAnswersFirstCancelled(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob1 := e.phone("udp", "bob", "bob-pw")
+	bob2 := e.phone("tcp", "bob", "bob-pw")
+	bob1.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	bob2.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, Delay: 300 * time.Millisecond})
+	call := alice.Dial(ctxT(t), "102")
+	in1 := bob1.WaitIncoming(wait)
+	in2 := bob2.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, in1.Cancelled(), "first contact cancelled")
+	waitCh(t, in2.Answered(), "second contact answered")
+	exchange(t, call.Media(), in2.Media(), 20, "f")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.rec.ended(t)
+	won, cancelled := 0, 0
+	for _, l := range ev.Call.Legs {
+		if l.Won {
+			won++
+		}
+		if l.Cause == b2bua.CauseCancelled {
+			cancelled++
+		}
+	}
+	if len(ev.Call.Legs) != 2 || won != 1 || cancelled != 1 {
+		t.Fatalf("legs %+v", ev.Call.Legs)
+	}
+}
+
+func TestBusy(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Reject, Status: 486})
+	call := alice.Dial(ctxT(t), "102")
+	if s := final(t, call); s != 486 {
+		t.Fatalf("final %d, want 486", s)
+	}
+	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseBusy || ev.Call.SIPStatus != 486 {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+func TestNoAnswerRingTimeout(t *testing.T) {
+	e := newEnv(t, envOpts{ringTimeout: time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 480 {
+		t.Fatalf("final %d, want 480", s)
+	}
+	waitCh(t, in.Cancelled(), "callee cancelled")
+	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseNoAnswer {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+func TestCallerCancel(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	call := alice.Dial(ctx, "102")
+	in := bob.WaitIncoming(wait)
+	waitCh(t, call.Ringing(), "ringing")
+	cancel()
+	waitCh(t, call.Done(), "caller done")
+	waitCh(t, in.Cancelled(), "callee cancelled")
+	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseCancelled || ev.Call.SIPStatus != 487 {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+func TestHoldResume(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, in.Answered(), "answered")
+	for _, step := range []struct{ dir, want, answer string }{
+		{"sendonly", "sendonly", "recvonly"},
+		{"sendrecv", "sendrecv", "sendrecv"},
+	} {
+		res, ans, err := call.ReInvite(ctxT(t), step.dir)
+		if err != nil {
+			t.Fatalf("%s: %v", step.dir, err)
+		}
+		if res.StatusCode != 200 || ans == nil || ans.Direction != step.answer {
+			t.Fatalf("%s: answer %d %+v", step.dir, res.StatusCode, ans)
+		}
+		select {
+		case offer := <-in.ReInvites():
+			if offer.Direction != step.want {
+				t.Fatalf("bob got %s, want %s", offer.Direction, step.want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("bob got no re-INVITE for %s", step.dir)
+		}
+	}
+	exchange(t, call.Media(), in.Media(), 20, "r")
+	// And from the callee's side.
+	res, ans, err := in.ReInvite(ctxT(t), "sendonly")
+	if err != nil || res.StatusCode != 200 || ans.Direction != "recvonly" {
+		t.Fatalf("callee hold: %v %v %+v", err, res, ans)
+	}
+	if err := in.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, call.Ended(), "caller BYE")
+}
+
+func TestNoCommonCodec(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw", 9) // G.722 only
+	e.phone("udp", "bob", "bob-pw")
+	call := alice.Dial(ctxT(t), "102")
+	if s := final(t, call); s != 488 {
+		t.Fatalf("final %d, want 488", s)
+	}
+}
+
+func TestMediaTimeoutEndsCall(t *testing.T) {
+	e := newEnv(t, envOpts{mediaTimeout: time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, call.Ended(), "caller BYE after media timeout")
+	waitCh(t, in.Ended(), "callee BYE after media timeout")
+	if !call.RemoteHangup() || !in.RemoteHangup() {
+		t.Fatalf("both sides should have received BYE")
+	}
+	if ev := e.rec.ended(t); ev.Call.Reason != "media timeout" {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+func TestRejections(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	if s := final(t, alice.Dial(ctxT(t), "999")); s != 404 {
+		t.Fatalf("unknown extension: %d", s)
+	}
+	if s := final(t, alice.Dial(ctxT(t), "103")); s != 480 {
+		t.Fatalf("no contacts: %d", s)
+	}
+	mallory := siptest.NewPhone(t, siptest.Options{Username: "alice", Password: "wrong", Domain: domain, PBX: e.udp})
+	if s := final(t, mallory.Dial(ctxT(t), "102")); s != 403 {
+		t.Fatalf("wrong password: %d", s)
+	}
+	// BYE for a dialog that does not exist.
+	bye := sip.NewRequest(sip.BYE, sip.Uri{Scheme: "sip", User: "102", Host: domain})
+	bye.SetDestination(e.udp.String())
+	from := &sip.FromHeader{Address: sip.Uri{Scheme: "sip", User: "alice", Host: domain}}
+	from.Params.Add("tag", "a")
+	to := &sip.ToHeader{Address: sip.Uri{Scheme: "sip", User: "102", Host: domain}}
+	to.Params.Add("tag", "b")
+	bye.AppendHeader(from)
+	bye.AppendHeader(to)
+	res, err := alice.Send(ctxT(t), bye)
+	if err != nil || res.StatusCode != 481 {
+		t.Fatalf("stray BYE: %v %v", res, err)
+	}
+	e.srv.Drain()
+	if s := final(t, alice.Dial(ctxT(t), "102")); s != 503 {
+		t.Fatalf("while draining: %d", s)
+	}
+}
+
+func TestHangupFromAPI(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("tcp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	live := e.calls.Calls()
+	if len(live) != 1 {
+		t.Fatalf("live %+v", live)
+	}
+	if err := e.calls.Hangup(live[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, call.Ended(), "caller BYE")
+	waitCh(t, in.Ended(), "callee BYE")
+	e.rec.ended(t)
+	if err := e.calls.Hangup("nope"); err == nil {
+		t.Fatalf("hangup of unknown call succeeded")
+	}
+}
