@@ -9,8 +9,10 @@
 //   - an Engine holding the pool and the addresses (bind and advertised);
 //   - a Session per call with any number of Legs, one per SIP leg. A leg
 //     has its own socket, a remote address taken from SDP, symmetric
-//     latching (the far end's real source address wins, and a persistent
-//     change of source, such as a NAT rebinding, re-latches), and counters
+//     latching (the far end's real source address wins; once latched,
+//     packets from other sources are dropped, and a new source takes over
+//     only after the latched one has fallen silent, as in a NAT
+//     rebinding), and counters
 //     (packets and bytes in and out, loss from sequence gaps, RFC 3550
 //     interarrival jitter, last packet time);
 //   - Session.Bridge, which relays RTP between two legs without touching the

@@ -9,8 +9,15 @@ import (
 )
 
 // DefaultRelatchPackets is how many consecutive packets from a new source
-// address move a latched leg over to it.
+// address move a latched leg over to it, once the latched source has been
+// silent for DefaultRelatchSilence.
 const DefaultRelatchPackets = 5
+
+// DefaultRelatchSilence is how long the latched source must have been
+// silent before another source can take its place. A NAT rebinding
+// silences the old source for good; a stranger spraying packets at the
+// port while the phone talks never gets the leg.
+const DefaultRelatchSilence = time.Second
 
 // DefaultClockRate is the RTP clock rate of G.711 and telephone-event/8000.
 const DefaultClockRate = 8000
@@ -32,6 +39,9 @@ type Options struct {
 	// RelatchPackets is how many consecutive packets from a new source
 	// re-latch a leg; zero means DefaultRelatchPackets.
 	RelatchPackets int
+	// RelatchSilence is how long the latched source must be silent before
+	// a new source can re-latch; zero means DefaultRelatchSilence.
+	RelatchSilence time.Duration
 }
 
 // Engine owns the port pool and every media session of the process.
@@ -41,6 +51,7 @@ type Engine struct {
 	bindIP    netip.Addr
 	advertise netip.Addr
 	relatch   int
+	relatchQ  time.Duration
 	epoch     time.Time
 
 	mu       sync.Mutex
@@ -74,12 +85,17 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 	if rl <= 0 {
 		rl = DefaultRelatchPackets
 	}
+	rq := opts.RelatchSilence
+	if rq <= 0 {
+		rq = DefaultRelatchSilence
+	}
 	return &Engine{
 		log:       log,
 		pool:      pool,
 		bindIP:    bind,
 		advertise: adv,
 		relatch:   rl,
+		relatchQ:  rq,
 		epoch:     time.Now(),
 		sessions:  make(map[*Session]struct{}),
 	}, nil

@@ -43,10 +43,12 @@ type Leg struct {
 	mu         sync.Mutex
 	sdpRemote  netip.AddrPort
 	latched    bool
+	lastLatch  time.Time // last packet from the latched source
 	cand       netip.AddrPort
 	candCount  int
 	in         recvStats
 	malformed  uint64
+	strays     uint64 // packets from other sources while latched, not relayed
 	lastPacket time.Time
 
 	// injection sequence state, guarded by injMu.
@@ -59,6 +61,7 @@ type Leg struct {
 
 	scratch Packet // reused for taps on the reader goroutine
 
+	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{}
 }
@@ -171,6 +174,9 @@ func (l *Leg) Unbridge() {
 }
 
 func (l *Leg) isClosed() bool {
+	if l.closing.Load() {
+		return true
+	}
 	select {
 	case <-l.done:
 		return true
@@ -183,6 +189,7 @@ func (l *Leg) isClosed() bool {
 // quarantine. It is idempotent.
 func (l *Leg) Close() error {
 	l.closeOnce.Do(func() {
+		l.closing.Store(true)
 		l.Unbridge()
 		if inj := l.inj.Load(); inj != nil {
 			_ = inj.Close()
@@ -198,16 +205,22 @@ func (l *Leg) Close() error {
 func (l *Leg) readLoop() {
 	defer close(l.done)
 	buf := make([]byte, maxPacket)
+	errs := 0
 	for {
 		n, src, err := l.conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
 				return
 			}
-			// Transient errors (ICMP port unreachable reported on read on
-			// some systems) must not end the leg.
+			// Transient errors (an ICMP error reported on read) must not
+			// end the leg, nor spin if they repeat.
+			errs++
+			if errs > 10 {
+				time.Sleep(10 * time.Millisecond)
+			}
 			continue
 		}
+		errs = 0
 		l.handle(buf[:n], src, time.Now())
 	}
 }
@@ -224,7 +237,11 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		l.mu.Unlock()
 		return
 	}
-	l.latch(src)
+	if !l.latch(src, now) {
+		l.strays++
+		l.mu.Unlock()
+		return
+	}
 	l.lastPacket = now
 	if !isRTCP {
 		l.in.update(&h, len(pkt), l.sess.e.mono(now), l.clockRate.Load())
@@ -260,32 +277,44 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 	}
 }
 
-// latch applies symmetric RTP: called with l.mu held for every valid packet.
-func (l *Leg) latch(src netip.AddrPort) {
+// latch applies symmetric RTP; it is called with l.mu held for every
+// valid packet and reports whether the packet comes from the far end (and
+// is to be relayed). The first packets latch the leg to their source,
+// whatever the SDP said. Once latched, packets from elsewhere are dropped;
+// a new source takes over only after the latched one has been silent for
+// RelatchSilence and the new one has sent RelatchPackets packets in a row
+// (a NAT rebinding).
+func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 	t := l.target.Load()
 	switch {
 	case t != nil && *t == src:
 		l.latched = true
+		l.lastLatch = now
 		l.candCount = 0
+		return true
 	case !l.latched:
-		// First packets: the real source wins over the SDP address.
 		s := src
 		l.target.Store(&s)
 		l.latched = true
+		l.lastLatch = now
 		l.candCount = 0
-	default:
-		if src == l.cand {
-			l.candCount++
-		} else {
-			l.cand = src
-			l.candCount = 1
-		}
-		if l.candCount >= l.sess.e.relatch {
-			s := src
-			l.target.Store(&s)
-			l.candCount = 0
-		}
+		return true
 	}
+	if src == l.cand {
+		l.candCount++
+	} else {
+		l.cand = src
+		l.candCount = 1
+	}
+	if l.candCount >= l.sess.e.relatch && now.Sub(l.lastLatch) >= l.sess.e.relatchQ {
+		s := src
+		l.target.Store(&s)
+		l.lastLatch = now
+		l.candCount = 0
+		l.sess.log.Info("rtp source changed", "leg", l.name, "remote", src.String())
+		return true
+	}
+	return false
 }
 
 // send writes pkt to the far end and counts it.
@@ -324,6 +353,7 @@ type LegStats struct {
 	Jitter      time.Duration
 	LastPacket  time.Time // zero until the first packet arrives
 	Malformed   uint64    // datagrams that were not RTP
+	Strays      uint64    // packets from other sources than the latched one, dropped
 	Replaced    uint64    // relayed packets dropped in favour of an injection
 	Injected    uint64    // packets sent by injections
 	Unsent      uint64    // packets with no remote address to go to
@@ -352,6 +382,7 @@ func (l *Leg) Stats() LegStats {
 	st.Jitter = l.in.jitterDuration(l.clockRate.Load())
 	st.LastPacket = l.lastPacket
 	st.Malformed = l.malformed
+	st.Strays = l.strays
 	l.mu.Unlock()
 	return st
 }

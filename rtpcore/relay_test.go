@@ -182,7 +182,7 @@ func TestJitterEstimate(t *testing.T) {
 }
 
 func TestLatching(t *testing.T) {
-	e := newEngine(t, Options{RelatchPackets: 3})
+	e := newEngine(t, Options{RelatchPackets: 3, RelatchSilence: 300 * time.Millisecond})
 	_, la, lb, _, pb := bridgedPair(t, e)
 	decoy := newPhone(t) // the SDP address; never sends
 	real := newPhone(t)  // where the phone really sends from (NAT)
@@ -199,26 +199,53 @@ func TestLatching(t *testing.T) {
 	if !la.Latched() {
 		t.Error("not latched")
 	}
+	if got, _ := pb.recv(5 * time.Second); got == nil {
+		t.Fatal("latched packet not relayed")
+	}
 	pb.sendTo(legTo(lb), pb.packet(PayloadPCMA, 160))
 	if got, _ := real.recv(5 * time.Second); got == nil {
 		t.Fatal("relay did not send to the latched address")
 	}
 
-	// A stray packet from elsewhere does not move the latch.
+	// A stranger spraying packets while the phone talks neither gets the
+	// leg nor reaches the other side.
 	stray := newPhone(t)
-	stray.sendTo(legTo(la), stray.packet(PayloadPCMA, 160))
-	real.sendTo(legTo(la), real.packet(PayloadPCMA, 160))
-	waitFor(t, "packets in", func() bool { return la.Stats().PacketsIn == 3 })
+	for i := 0; i < 20; i++ {
+		real.sendTo(legTo(la), real.packet(PayloadPCMA, 160))
+		for k := 0; k < 5; k++ {
+			stray.sendTo(legTo(la), stray.packet(PayloadPCMA, 160))
+		}
+	}
+	for i := 0; i < 20; i++ {
+		got, _ := pb.recv(5 * time.Second)
+		if got == nil {
+			t.Fatal("phone's packet missing")
+		}
+		if h, _ := ParseHeader(got); h.SSRC != real.ssrc {
+			t.Fatal("stray packet relayed")
+		}
+	}
+	waitFor(t, "strays counted", func() bool { return la.Stats().Strays == 100 })
 	if la.Remote() != real.addr() {
-		t.Fatalf("one stray packet moved the latch to %v", la.Remote())
+		t.Fatalf("stray packets moved the latch to %v", la.Remote())
+	}
+	if got, _ := pb.recv(100 * time.Millisecond); got != nil {
+		t.Fatal("stray packet relayed")
 	}
 
-	// A NAT rebinding: the source changes persistently and the leg follows.
+	// A NAT rebinding: the old source falls silent, the new one sends on;
+	// the leg follows.
 	rebound := newPhone(t)
-	for i := 0; i < 3; i++ {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for la.Remote() != rebound.addr() {
+		if time.Now().After(deadline) {
+			t.Fatal("did not re-latch after a rebinding")
+		}
 		rebound.sendTo(legTo(la), rebound.packet(PayloadPCMA, 160))
+		<-tick.C
 	}
-	waitFor(t, "re-latch", func() bool { return la.Remote() == rebound.addr() })
 	pb.sendTo(legTo(lb), pb.packet(PayloadPCMA, 160))
 	if got, _ := rebound.recv(5 * time.Second); got == nil {
 		t.Fatal("relay did not follow the rebinding")
