@@ -139,9 +139,9 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	var obs b2bua.Observer
+	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.cdr != nil {
-		obs = &callLog{store: a.cdr, log: log.With("component", "cdr")}
+		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr")})
 	}
 	if a.calls, err = b2bua.New(b2bua.Options{
 		SIP:          a.sip,

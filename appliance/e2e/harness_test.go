@@ -1,0 +1,443 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		binDir = os.Getenv("PBX_BIN")
+		if binDir == "" {
+			dir, err := os.MkdirTemp("", "pbx-e2e-bin-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			for _, name := range []string{"pbx", "pbxctl"} {
+				cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), "pbx/cmd/"+name)
+				cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+				if err := cmd.Run(); err != nil {
+					fmt.Fprintln(os.Stderr, "build", name+":", err)
+					return 1
+				}
+			}
+			binDir = dir
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// requireSIPp fails (never skips) when SIPp is missing, with the command to install it.
+func requireSIPp(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("sipp")
+	if err != nil {
+		t.Fatal("sipp is not installed: run `make test-deps` (apt-get install sip-tester)")
+	}
+	return p
+}
+
+// freePort finds a port free for both UDP and TCP on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return port
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// freePortRange finds n consecutive even-aligned free UDP ports (for RTP ranges).
+func freePortRange(t testing.TB, n int) int {
+	t.Helper()
+	// Below the kernel's ephemeral range (32768 and up), where other processes'
+	// client sockets do not land, and above rtpcore's default range.
+	for base := 21000 + (os.Getpid()%50)*200; base+n < 32700; base += 200 * 3 {
+		ok := true
+		var held []net.PacketConn
+		for p := base; p < base+n; p++ {
+			c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				ok = false
+				break
+			}
+			held = append(held, c)
+		}
+		for _, c := range held {
+			c.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+// logBuffer collects a process's output and lets tests wait for a line.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// pbxProc is a running bin/pbx.
+type pbxProc struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	dir     string // configuration root
+	dataDir string
+	sipPort int
+	apiPort int
+	log     *logBuffer
+	done    chan struct{}
+	exitErr error
+}
+
+// pbxConfig is what a test varies in the System document.
+type pbxConfig struct {
+	SIPPort  int
+	APIPort  int // zero: API off
+	RTPMin   int
+	Extra    string // further documents, appended as is
+	NoCDR    bool
+	DataDir  string
+	APIToken string
+}
+
+const testToken = "e2e-test-token-0123456789abcdefghij"
+
+func (c pbxConfig) yaml() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `configVersion: pbx/v1
+kind: System
+spec:
+  sip:
+    bindHost: 127.0.0.1
+    bindPort: %d
+    transports: [udp, tcp]
+  media:
+    rtpPortMin: %d
+    rtpPortMax: %d
+  dataDir: %s
+  cdr:
+    enabled: %t
+`, c.SIPPort, c.RTPMin, c.RTPMin+199, c.DataDir, !c.NoCDR)
+	if c.APIPort != 0 {
+		fmt.Fprintf(&b, `  api:
+    enabled: true
+    bindHost: 127.0.0.1
+    bindPort: %d
+    tokens:
+      - name: e2e
+        token: %s
+        scopes: [status:read, cdr:read, security:read, operate]
+`, c.APIPort, testToken)
+	}
+	b.WriteString(`---
+configVersion: pbx/v1
+kind: Tenant
+metadata: {name: demo}
+spec:
+  domain: 127.0.0.1
+`)
+	for i, name := range []string{"alice", "bob", "carol", "dave"} {
+		fmt.Fprintf(&b, `---
+configVersion: pbx/v1
+kind: Account
+metadata: {name: %s, tenant: demo}
+spec:
+  password: %s-secret
+  extension: "%d"
+  displayName: %s
+`, name, name, 100+i, strings.ToUpper(name[:1])+name[1:])
+	}
+	b.WriteString(c.Extra)
+	return b.String()
+}
+
+// startPBX writes the configuration into a fresh directory and starts bin/pbx on it,
+// returning once every listener is bound.
+func startPBX(t testing.TB, c pbxConfig) *pbxProc {
+	t.Helper()
+	root := t.TempDir()
+	if c.SIPPort == 0 {
+		c.SIPPort = freePort(t)
+	}
+	if c.RTPMin == 0 {
+		c.RTPMin = freePortRange(t, 200)
+	}
+	if c.DataDir == "" {
+		c.DataDir = filepath.Join(root, "data")
+	}
+	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{})}
+	p.start()
+	t.Cleanup(func() { p.stop() })
+	return p
+}
+
+func (p *pbxProc) start() {
+	p.t.Helper()
+	p.done = make(chan struct{})
+	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", "debug", "--drain-timeout", "5s")
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	p.waitLog("sip listener ready", 15*time.Second)
+	if p.apiPort != 0 {
+		p.waitLog("api listening", 15*time.Second)
+	}
+}
+
+// stop sends SIGTERM and waits; the process must exit by itself.
+func (p *pbxProc) stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Errorf("pbx did not stop within 20s of SIGTERM; log:\n%s", tail(p.log.String(), 40))
+	}
+}
+
+// kill ends the process with SIGKILL, as a crash would.
+func (p *pbxProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *pbxProc) waitLog(substr string, d time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if strings.Contains(p.log.String(), substr) {
+			return
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("pbx exited (%v) before logging %q; log:\n%s", p.exitErr, substr, tail(p.log.String(), 40))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	p.t.Fatalf("pbx did not log %q within %s; log:\n%s", substr, d, tail(p.log.String(), 40))
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// sippRun is one SIPp process.
+type sippRun struct {
+	name string
+	cmd  *exec.Cmd
+	out  *logBuffer
+	done chan struct{}
+	code int
+}
+
+// scenarioDir copies the scenarios, a generated RTP capture and the given
+// injection files into a fresh working directory for SIPp.
+func scenarioDir(t testing.TB, csv map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	_, self, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(self), "testdata")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := writeRTPCapture(filepath.Join(dir, "audio.pcap"), 150); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range csv {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// startSIPp starts SIPp in dir with args; the run is bounded by timeout.
+func startSIPp(t testing.TB, dir, name string, timeout time.Duration, args ...string) *sippRun {
+	t.Helper()
+	bin := requireSIPp(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	args = append(args, "-nostdin", "-trace_err", "-error_file", filepath.Join(dir, name+".errors.log"),
+		"-trace_msg", "-message_file", filepath.Join(dir, name+".messages.log"))
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	r := &sippRun{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() {
+		defer cancel()
+		err := cmd.Wait()
+		r.code = cmd.ProcessState.ExitCode()
+		if err != nil && r.code == 0 {
+			r.code = -1
+		}
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// wait returns SIPp's exit code (0: every call succeeded).
+func (r *sippRun) wait() int {
+	<-r.done
+	return r.code
+}
+
+func (r *sippRun) errors(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, r.name+".errors.log"))
+	m, _ := os.ReadFile(filepath.Join(dir, r.name+".messages.log"))
+	return tail(string(b), 30) + "\n--- messages ---\n" + tail(string(m), 150)
+}
+
+// writeRTPCapture writes a pcap of n RTP packets (PCMA, 20 ms apart) for SIPp's
+// play_pcap_audio, which rewrites the addresses to the negotiated ones.
+func writeRTPCapture(path string, n int) error {
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	hdr := make([]byte, 24)
+	le.PutUint32(hdr[0:], 0xa1b2c3d4)
+	le.PutUint16(hdr[4:], 2)
+	le.PutUint16(hdr[6:], 4)
+	le.PutUint32(hdr[16:], 65535)
+	le.PutUint32(hdr[20:], 1) // Ethernet
+	b.Write(hdr)
+	for i := 0; i < n; i++ {
+		rtp := make([]byte, 12+160)
+		rtp[0] = 0x80
+		rtp[1] = 8
+		if i == 0 {
+			rtp[1] |= 0x80
+		}
+		binary.BigEndian.PutUint16(rtp[2:], uint16(1000+i))
+		binary.BigEndian.PutUint32(rtp[4:], uint32(160*i))
+		binary.BigEndian.PutUint32(rtp[8:], 0x5eed1234)
+		for j := 12; j < len(rtp); j++ {
+			rtp[j] = byte(0xd5 ^ (i*7 + j))
+		}
+		udp := make([]byte, 8, 8+len(rtp))
+		binary.BigEndian.PutUint16(udp[0:], 6000)
+		binary.BigEndian.PutUint16(udp[2:], 6002)
+		binary.BigEndian.PutUint16(udp[4:], uint16(8+len(rtp)))
+		udp = append(udp, rtp...)
+		ip := make([]byte, 20, 20+len(udp))
+		ip[0], ip[8], ip[9] = 0x45, 64, 17
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
+		copy(ip[12:], []byte{127, 0, 0, 1})
+		copy(ip[16:], []byte{127, 0, 0, 1})
+		ip = append(ip, udp...)
+		frame := append(make([]byte, 12), 0x08, 0x00)
+		frame = append(frame, ip...)
+		rec := make([]byte, 16)
+		us := i * 20000
+		le.PutUint32(rec[0:], uint32(us/1000000))
+		le.PutUint32(rec[4:], uint32(us%1000000))
+		le.PutUint32(rec[8:], uint32(len(frame)))
+		le.PutUint32(rec[12:], uint32(len(frame)))
+		b.Write(rec)
+		b.Write(frame)
+	}
+	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// readLines reads a file's lines.
+func readLines(t testing.TB, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
