@@ -440,4 +440,3 @@ func readLines(t testing.TB, path string) []string {
 	}
 	return out
 }
-

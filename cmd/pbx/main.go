@@ -204,4 +204,3 @@ func waitIdle(ctx context.Context, app *appliance.Appliance, stop func()) {
 		}
 	}
 }
-
