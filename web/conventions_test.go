@@ -385,3 +385,24 @@ func TestComponentNotRunning(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceAPIMount(t *testing.T) {
+	e := newEnv(t, func(_ *config.API, o *Options) {
+		o.DeviceAPI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusTeapot)
+			_, _ = w.Write([]byte(r.URL.Path))
+		})
+	})
+	// Device routes reach the device API, with the common middleware.
+	r := e.do(nil, "POST", "/v1/mobile/login", "")
+	if r.status != http.StatusTeapot || string(r.body) != "/v1/mobile/login" || r.header.Get("X-Request-Id") == "" {
+		t.Fatalf("device route: %d %q", r.status, r.body)
+	}
+	// The operator routes stay with the management API.
+	if r := e.get("/v1/mobile/devices", scopeSecret("mobile:read")); r.status != 404 || r.errCode() != "not_found" {
+		t.Fatalf("operator route: %d %s", r.status, r.body)
+	}
+	if r := e.do(e.freshPeer(), "GET", "/v1/mobile/devices", ""); r.status != 401 {
+		t.Fatalf("operator route without a token: %d", r.status)
+	}
+}

@@ -221,7 +221,12 @@ func newEnv(t testing.TB, mods ...envOption) *env {
 		m(&cfg, &opts)
 	}
 	opts.API = cfg
-	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	level := slog.LevelDebug
+	switch t.(type) {
+	case *testing.B, *testing.F: // millions of requests: no access lines
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: level}))
 	s, err := New(opts, log)
 	if err != nil {
 		t.Fatal(err)
