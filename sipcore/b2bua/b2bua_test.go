@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -522,5 +523,115 @@ func TestHangupFromAPI(t *testing.T) {
 	e.rec.ended(t)
 	if err := e.calls.Hangup("nope"); err == nil {
 		t.Fatalf("hangup of unknown call succeeded")
+	}
+}
+
+func TestEarlyMediaRelayedBeforeAnswer(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, EarlyMedia: true, Delay: 2 * time.Second})
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	waitCh(t, in.EarlyMedia(), "callee early media")
+	waitCh(t, call.EarlyMedia(), "caller 183 with sdp")
+	// Ringback from the callee reaches the caller before the answer.
+	exchange(t, in.Media(), call.Media(), 10, "e")
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	exchange(t, call.Media(), in.Media(), 10, "x")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bob BYE")
+}
+
+// rawUAS is a misbehaving contact: it rings, and on CANCEL answers 200 to
+// the CANCEL and then 200 OK to the INVITE instead of 487.
+type rawUAS struct {
+	conn *net.UDPConn
+	got  chan string // methods received after the late 200
+}
+
+func newRawUAS(t *testing.T) *rawUAS {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	u := &rawUAS{conn: c, got: make(chan string, 16)}
+	go u.loop()
+	return u
+}
+
+func (u *rawUAS) addr() netip.AddrPort { return u.conn.LocalAddr().(*net.UDPAddr).AddrPort() }
+
+func (u *rawUAS) loop() {
+	buf := make([]byte, 8192)
+	var invite *sip.Request
+	for {
+		n, from, err := u.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		m, err := sip.ParseMessage(append([]byte(nil), buf[:n]...))
+		if err != nil {
+			continue
+		}
+		req, ok := m.(*sip.Request)
+		if !ok {
+			continue
+		}
+		send := func(r *sip.Response) { _, _ = u.conn.WriteToUDPAddrPort([]byte(r.String()), from) }
+		switch req.Method {
+		case sip.INVITE:
+			invite = req.Clone()
+			invite.To().Params.Add("tag", "rawtag")
+			send(sip.NewResponseFromRequest(invite, 180, "Ringing", nil))
+		case sip.CANCEL:
+			send(sip.NewResponseFromRequest(req, 200, "OK", nil))
+			if invite != nil {
+				ok := sip.NewResponseFromRequest(invite, 200, "OK", siptest.BuildSDP(4000, []uint8{0}, "sendrecv"))
+				ok.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+				ok.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: int(u.addr().Port())}})
+				send(ok)
+			}
+		case sip.ACK:
+			u.got <- "ACK"
+		case sip.BYE:
+			send(sip.NewResponseFromRequest(req, 200, "OK", nil))
+			u.got <- "BYE"
+		}
+	}
+}
+
+func TestLateAnswerFromCancelledLegGetsAckAndBye(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, Delay: 500 * time.Millisecond})
+	raw := newRawUAS(t)
+	req := bob.RegisterRequest(600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: int(raw.addr().Port())}})
+	if res, err := bob.SendAuth(ctxT(t), req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("register raw contact: %v %v", res, err)
+	}
+	call := alice.Dial(ctxT(t), "102")
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	for _, want := range []string{"ACK", "BYE"} {
+		select {
+		case got := <-raw.got:
+			if got != want {
+				t.Fatalf("raw contact got %s, want %s", got, want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("raw contact got no %s for its late 200", want)
+		}
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }

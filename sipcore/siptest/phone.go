@@ -42,6 +42,9 @@ type Behaviour struct {
 	// Codecs the phone accepts when answering (payload types); empty means
 	// the phone's own codecs.
 	Codecs []uint8
+	// EarlyMedia sends 183 Session Progress with SDP instead of 180; the
+	// call's Media is usable from then on.
+	EarlyMedia bool
 }
 
 // Options configures a Phone.
@@ -362,7 +365,28 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 	case p.incoming <- c:
 	default:
 	}
-	_ = ds.Respond(180, "Ringing", nil)
+	codecs := b.Codecs
+	if len(codecs) == 0 {
+		codecs = p.opts.Codecs
+	}
+	var offer *SDP
+	var common []uint8
+	if o, err := ParseSDP(req.Body()); err == nil {
+		offer, common = o, intersect(o.Codecs, codecs)
+	}
+	if b.EarlyMedia && len(common) > 0 {
+		media, err := newMedia(common[0])
+		if err != nil {
+			_ = ds.Respond(500, "Server Error", nil)
+			return
+		}
+		c.media = media
+		media.setRemote(offer.Addr)
+		_ = ds.Respond(183, "Session Progress", BuildSDP(media.Port(), common, "sendrecv"), sip.NewHeader("Content-Type", "application/sdp"))
+		close(c.early)
+	} else {
+		_ = ds.Respond(180, "Ringing", nil)
+	}
 	wait := func(d time.Duration) bool {
 		if d <= 0 {
 			return true
@@ -396,29 +420,21 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		c.markCancelled()
 		return
 	}
-	codecs := b.Codecs
-	if len(codecs) == 0 {
-		codecs = p.opts.Codecs
-	}
-	offer, err := ParseSDP(req.Body())
-	if err != nil {
+	if offer == nil || len(common) == 0 {
 		c.setFinal(488)
 		_ = ds.Respond(488, "Not Acceptable Here", nil)
 		return
 	}
-	common := intersect(offer.Codecs, codecs)
-	if len(common) == 0 {
-		c.setFinal(488)
-		_ = ds.Respond(488, "Not Acceptable Here", nil)
-		return
+	media := c.media
+	if media == nil {
+		var err error
+		if media, err = newMedia(common[0]); err != nil {
+			_ = ds.Respond(500, "Server Error", nil)
+			return
+		}
+		c.media = media
+		media.setRemote(offer.Addr)
 	}
-	media, err := newMedia(common[0])
-	if err != nil {
-		_ = ds.Respond(500, "Server Error", nil)
-		return
-	}
-	c.media = media
-	media.setRemote(offer.Addr)
 	c.setFinal(200)
 	if err := ds.RespondSDP(BuildSDP(media.Port(), common, "sendrecv")); err != nil {
 		p.log.Debug("answer", "err", err)
@@ -533,13 +549,14 @@ type Call struct {
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
 
-	ringOnce, endOnce, cancelOnce, doneOnce sync.Once
-	remoteBye                               bool
+	early                                              chan struct{}
+	ringOnce, endOnce, cancelOnce, doneOnce, earlyOnce sync.Once
+	remoteBye                                          bool
 }
 
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8)}
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{})}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -553,6 +570,12 @@ func (c *Call) dial(ctx context.Context) {
 	err = d.WaitAnswer(ctx, sipgo.AnswerOptions{
 		Username: c.p.opts.Username, Password: c.p.opts.Password,
 		OnResponse: func(r *sip.Response) error {
+			if r.StatusCode == 183 && len(r.Body()) > 0 {
+				if s, err := ParseSDP(r.Body()); err == nil {
+					c.media.setRemote(s.Addr)
+					c.earlyOnce.Do(func() { close(c.early) })
+				}
+			}
 			if r.StatusCode == 180 || r.StatusCode == 183 {
 				c.ringOnce.Do(func() { close(c.ringing) })
 			}
@@ -615,6 +638,10 @@ func (c *Call) markCancelled() {
 
 // Ringing is closed when a 180/183 arrived (outgoing calls).
 func (c *Call) Ringing() <-chan struct{} { return c.ringing }
+
+// EarlyMedia is closed when a 183 with SDP was sent (incoming) or received
+// (outgoing); Media is usable from then on.
+func (c *Call) EarlyMedia() <-chan struct{} { return c.early }
 
 // Answered is closed when the call was answered.
 func (c *Call) Answered() <-chan struct{} { return c.answered }
