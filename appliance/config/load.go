@@ -177,6 +177,10 @@ func (l *loader) document(rel string, n *yaml.Node) {
 		l.add(meta, "", "doc.shape", fmt.Sprintf("a document must be a mapping with configVersion, kind, metadata and spec; found %s", describe(n)))
 		return
 	}
+	if plain, expanded := nodeCounts(n); expanded-plain > maxAliasNodes {
+		l.add(meta, "", "doc.aliases", fmt.Sprintf("YAML aliases expand this document by %d values, more than the %d allowed; write the values out instead", expanded-plain, maxAliasNodes))
+		return
+	}
 	var version, kind string
 	var metaNode, spec *yaml.Node
 	hdr := []string{"configVersion", "kind", "metadata", "spec"}
@@ -231,10 +235,47 @@ func (l *loader) document(rel string, n *yaml.Node) {
 	d.decode(spec, target.Elem(), "")
 }
 
+// maxAliasNodes bounds how many values YAML aliases may add to one document. A few
+// lines of anchors and aliases can otherwise expand to millions of values, and as
+// many problems, which would hang validation.
+const maxAliasNodes = 100_000
+
+// nodeCounts counts the nodes of a document as written and with every alias
+// expanded. An alias to a value that contains it counts once; counts saturate.
+func nodeCounts(root *yaml.Node) (plain, expanded int) {
+	const ceiling = 1 << 40
+	memo := map[*yaml.Node]int{}
+	var walk func(n *yaml.Node) int
+	walk = func(n *yaml.Node) int {
+		if n.Kind == yaml.AliasNode {
+			if n.Alias == nil {
+				return 1
+			}
+			return walk(n.Alias)
+		}
+		if size, ok := memo[n]; ok {
+			return size
+		}
+		plain++
+		memo[n] = 1 // in progress: a cycle counts once
+		size := 1
+		for _, c := range n.Content {
+			if c.Kind == yaml.AliasNode {
+				plain++
+			}
+			size = min(size+walk(c), ceiling)
+		}
+		memo[n] = size
+		return size
+	}
+	expanded = walk(root)
+	return plain, expanded
+}
+
 var allKinds = []string{KindSystem, KindTrunk, KindInboundOverride, KindOutboundRoute, KindTenant, KindAccount, KindInboundRoute, KindWebhook}
 
 func scalarValue(n *yaml.Node) string {
-	if n.Kind == yaml.ScalarNode {
+	if n != nil && n.Kind == yaml.ScalarNode {
 		return n.Value
 	}
 	return ""

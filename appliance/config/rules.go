@@ -16,6 +16,7 @@ var rules = map[string]string{
 	"doc.systemDuplicate": "a second System document",
 	"doc.nameDuplicate":   "duplicate name per kind (per tenant for tenant-owned kinds)",
 	"doc.unknownTenant":   "metadata.tenant names no tenant",
+	"doc.aliases":         "YAML aliases expanding a document beyond the limit",
 	"decode.unknownKey":   "unknown key, with the nearest known key suggested",
 	"decode.duplicateKey": "a key written twice in one mapping",
 	"decode.type":         "a value of the wrong type",
