@@ -398,20 +398,29 @@ func (v *validator) system() {
 		if s.Voicemail.Enabled {
 			needs = append(needs, "voicemail.enabled")
 		}
+		// Without a System document the problem is reported where the need is.
+		at, path, hint := m, "dataDir", ""
+		blame := func(t *Tenant, p string) {
+			if at.File == "" {
+				at, path, hint = &t.Meta, p, "; set dataDir in a System document"
+			}
+		}
 		for _, t := range v.cfg.Tenants {
 			if t.Recording != nil && t.Recording.Enabled {
 				needs = append(needs, "recording on Tenant/"+t.Name)
+				blame(t, "recording.enabled")
 				break
 			}
 		}
 		for _, t := range v.cfg.Tenants {
 			if len(t.Mailboxes) > 0 {
 				needs = append(needs, "mailboxes on Tenant/"+t.Name)
+				blame(t, "mailboxes")
 				break
 			}
 		}
 		if len(needs) > 0 {
-			v.errf(m, "dataDir", "dataDir.required", "dataDir is required because of %s", strings.Join(needs, ", "))
+			v.errf(at, path, "dataDir.required", "dataDir is required because of %s%s", strings.Join(needs, ", "), hint)
 		}
 	}
 	v.nonNegative(m, "cdr.retention", "cdr.retention", s.CDR.Retention)
