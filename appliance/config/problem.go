@@ -21,23 +21,48 @@ type Problem struct {
 	Rule string `json:"-"`
 }
 
-// String formats the problem as FILE:LINE: KIND/NAME: path: message.
+// String formats the problem as FILE:LINE: KIND/NAME: path: message, on one line:
+// control characters from the documents (a kind or key with a line break in it)
+// are escaped, so one problem is always one line and nothing reaches the terminal raw.
 func (p Problem) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s:%d: ", p.File, p.Line)
+	fmt.Fprintf(&b, "%s:%d: ", oneLine(p.File), p.Line)
 	if p.Kind != "" {
-		b.WriteString(p.Kind)
+		b.WriteString(oneLine(p.Kind))
 		if p.Name != "" {
-			b.WriteString("/" + p.Name)
+			b.WriteString("/" + oneLine(p.Name))
 		}
 		b.WriteString(": ")
 	}
 	if p.Path != "" {
-		b.WriteString(p.Path + ": ")
+		b.WriteString(oneLine(p.Path) + ": ")
 	}
-	b.WriteString(p.Msg)
+	b.WriteString(oneLine(p.Msg))
 	return b.String()
 }
+
+// oneLine escapes control characters other than tab as \n, \r or \xNN.
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, isControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case isControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func isControl(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f || r >= 0x80 && r < 0xa0 }
 
 // Report holds the problems and warnings of one load.
 type Report struct {
