@@ -2,8 +2,8 @@
 //
 // It owns:
 //
-//   - a PortPool handing out even UDP ports from a configured range (the odd
-//     port above each is left for RTCP), binding the sockets itself and
+//   - a PortPool handing out even UDP ports from a configured range (with
+//     the odd port above each for RTCP), binding the sockets itself and
 //     quarantining released ports for a few seconds so that late packets of
 //     an old call never reach a new one;
 //   - an Engine holding the pool and the addresses (bind and advertised);
@@ -12,11 +12,10 @@
 //     latching (the far end's real source address wins; once latched,
 //     packets from other sources are dropped, and a new source takes over
 //     only after the latched one has fallen silent, as in a NAT
-//     rebinding), and counters
-//     (packets and bytes in and out, loss from sequence gaps, RFC 3550
-//     interarrival jitter, last packet time);
-//   - Session.Bridge, which relays RTP between two legs without touching the
-//     payload, the sequence numbers or the timestamps;
+//     rebinding), and counters (packets and bytes in and out, loss from
+//     sequence gaps, RFC 3550 interarrival jitter, last packet time);
+//   - Session.Bridge, which relays RTP (and RTCP) between two legs without
+//     touching the payload, the sequence numbers or the timestamps;
 //   - Taps (synchronous observers of relayed and injected packets, for
 //     recording and voicemail) and Injections (a player replacing the
 //     relayed audio toward one leg with its own SSRC, sequence and
@@ -41,8 +40,10 @@
 //     bounded queue and counts what it drops.
 //   - No transcoding: both legs of a bridge must have negotiated the same
 //     codec set, which rtpcore/sdp.Negotiate and the B2BUA guarantee.
-//   - RTCP is not relayed; the odd port is kept out of the pool so a peer
-//     following RFC 3550's port+1 rule does not hit another call, and
-//     offers either omit a=rtcp or name port+1.
+//   - RTCP is relayed unchanged between bridged legs on the odd port above
+//     each RTP port (the pool binds both), so offers may omit a=rtcp or
+//     name port+1. Options.NoRTCP turns this off. RTCP does not count
+//     toward the media timeout.
+//   - Sockets are IPv4 unless Options.BindIP is an IPv6 address.
 //   - Plain RTP only; SRTP is not implemented.
 package rtpcore

@@ -42,6 +42,10 @@ type Options struct {
 	// RelatchSilence is how long the latched source must be silent before
 	// a new source can re-latch; zero means DefaultRelatchSilence.
 	RelatchSilence time.Duration
+	// NoRTCP leaves each leg's odd port unbound and relays no RTCP. By
+	// default the odd port above the RTP port is bound too and RTCP is
+	// relayed between bridged legs, unchanged.
+	NoRTCP bool
 }
 
 // Engine owns the port pool and every media session of the process.
@@ -52,6 +56,7 @@ type Engine struct {
 	advertise netip.Addr
 	relatch   int
 	relatchQ  time.Duration
+	rtcp      bool
 	epoch     time.Time
 
 	mu       sync.Mutex
@@ -96,6 +101,7 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 		advertise: adv,
 		relatch:   rl,
 		relatchQ:  rq,
+		rtcp:      !opts.NoRTCP,
 		epoch:     time.Now(),
 		sessions:  make(map[*Session]struct{}),
 	}, nil

@@ -61,21 +61,36 @@ type Leg struct {
 
 	scratch Packet // reused for taps on the reader goroutine
 
+	// RTCP on the odd port; rtcp is nil when the engine relays no RTCP.
+	rtcp         *net.UDPConn
+	rtcpTarget   atomic.Pointer[netip.AddrPort]
+	rtcpIn       atomic.Uint64
+	rtcpOut      atomic.Uint64
+	rtcpStrays   atomic.Uint64
+	rtcpLatched  bool // guarded by mu
+	rtcpExplicit bool // guarded by mu: set by SetRTCPRemote
+	rtcpDone     chan struct{}
+
 	closing   atomic.Bool
 	closeOnce sync.Once
 	done      chan struct{}
 }
 
-func newLeg(s *Session, name string, conn *net.UDPConn) *Leg {
+func newLeg(s *Session, name string, conn, rtcp *net.UDPConn) *Leg {
 	l := &Leg{
-		sess:  s,
-		name:  name,
-		conn:  conn,
-		local: conn.LocalAddr().(*net.UDPAddr).AddrPort(),
-		done:  make(chan struct{}),
-		ssrc:  randUint32(),
-		seq:   uint16(randUint32()),
-		ts:    randUint32(),
+		sess:     s,
+		name:     name,
+		conn:     conn,
+		rtcp:     rtcp,
+		local:    conn.LocalAddr().(*net.UDPAddr).AddrPort(),
+		done:     make(chan struct{}),
+		rtcpDone: make(chan struct{}),
+		ssrc:     randUint32(),
+		seq:      uint16(randUint32()),
+		ts:       randUint32(),
+	}
+	if rtcp == nil {
+		close(l.rtcpDone)
 	}
 	l.clockRate.Store(DefaultClockRate)
 	return l
@@ -120,11 +135,50 @@ func (l *Leg) SetRemote(ap netip.AddrPort) {
 	l.sdpRemote = ap
 	l.latched = false
 	l.candCount = 0
+	l.rtcpLatched = false
+	l.rtcpExplicit = false
 	if ap.Addr().IsUnspecified() || ap.Port() == 0 || !ap.IsValid() {
 		l.target.Store(nil)
+		l.rtcpTarget.Store(nil)
 		return
 	}
 	l.target.Store(&ap)
+	if ap.Port() < 65535 {
+		rt := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
+		l.rtcpTarget.Store(&rt)
+	}
+}
+
+// SetRTCPRemote sets the far end's RTCP address from an a=rtcp attribute;
+// without it, SetRemote's port+1 is used. Call it after SetRemote.
+func (l *Leg) SetRTCPRemote(ap netip.AddrPort) {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rtcpExplicit {
+		if t := l.rtcpTarget.Load(); t != nil && *t == ap {
+			return
+		}
+	}
+	l.rtcpExplicit = true
+	l.rtcpLatched = false
+	if !ap.IsValid() || ap.Port() == 0 || ap.Addr().IsUnspecified() {
+		l.rtcpTarget.Store(nil)
+		return
+	}
+	l.rtcpTarget.Store(&ap)
+}
+
+// RTCPRemote is where RTCP for the far end is sent now; invalid when
+// unknown or when the engine relays no RTCP.
+func (l *Leg) RTCPRemote() netip.AddrPort {
+	if l.rtcp == nil {
+		return netip.AddrPort{}
+	}
+	if t := l.rtcpTarget.Load(); t != nil {
+		return *t
+	}
+	return netip.AddrPort{}
 }
 
 // Remote is where packets for the far end are sent now: the latched
@@ -194,6 +248,8 @@ func (l *Leg) Close() error {
 		if inj := l.inj.Load(); inj != nil {
 			_ = inj.Close()
 		}
+		l.sess.e.pool.Release(l.rtcp)
+		<-l.rtcpDone
 		l.sess.e.pool.Release(l.conn)
 		<-l.done
 		l.sess.dropLeg(l)
@@ -317,6 +373,81 @@ func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 	return false
 }
 
+// rtcpLoop is the RTCP socket's only reader.
+func (l *Leg) rtcpLoop() {
+	defer close(l.rtcpDone)
+	buf := make([]byte, maxPacket)
+	errs := 0
+	for {
+		n, src, err := l.rtcp.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
+				return
+			}
+			errs++
+			if errs > 10 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		errs = 0
+		l.handleRTCP(buf[:n], src)
+	}
+}
+
+// validRTCP checks the first header of a compound RTCP packet: version 2
+// and a packet type in the RTCP range (RFC 5761 section 4).
+func validRTCP(b []byte) bool {
+	return len(b) >= 8 && b[0]>>6 == 2 && b[1] >= 192 && b[1] <= 223
+}
+
+// handleRTCP relays one RTCP datagram, unchanged, to the peer's far end.
+// The RTCP source latches like RTP: the first packets win; later, a source
+// on the host the RTP is latched to takes over; others are dropped.
+func (l *Leg) handleRTCP(pkt []byte, src netip.AddrPort) {
+	if !validRTCP(pkt) {
+		l.rtcpStrays.Add(1)
+		return
+	}
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	l.mu.Lock()
+	ok := false
+	t := l.rtcpTarget.Load()
+	switch {
+	case t != nil && *t == src:
+		ok = true
+	case !l.rtcpLatched:
+		ok = true
+	default:
+		rt := l.target.Load()
+		ok = rt != nil && rt.Addr() == src.Addr()
+	}
+	if ok {
+		l.rtcpLatched = true
+		if t == nil || *t != src {
+			s := src
+			l.rtcpTarget.Store(&s)
+		}
+	}
+	l.mu.Unlock()
+	if !ok {
+		l.rtcpStrays.Add(1)
+		return
+	}
+	l.rtcpIn.Add(1)
+	peer := l.peer.Load()
+	if peer == nil || peer.rtcp == nil {
+		return
+	}
+	pt := peer.rtcpTarget.Load()
+	if pt == nil {
+		return
+	}
+	if _, err := peer.rtcp.WriteToUDPAddrPort(pkt, *pt); err == nil {
+		peer.rtcpOut.Add(1)
+	}
+}
+
 // send writes pkt to the far end and counts it.
 func (l *Leg) send(pkt []byte) bool {
 	t := l.target.Load()
@@ -358,21 +489,29 @@ type LegStats struct {
 	Injected    uint64    // packets sent by injections
 	Unsent      uint64    // packets with no remote address to go to
 	SendErrors  uint64
+	RTCPRemote  netip.AddrPort
+	RTCPIn      uint64 // RTCP packets received from the far end
+	RTCPOut     uint64 // RTCP packets relayed to the far end
+	RTCPDropped uint64 // RTCP datagrams malformed or from strangers
 }
 
 // Stats returns the leg's counters.
 func (l *Leg) Stats() LegStats {
 	st := LegStats{
-		Name:       l.name,
-		LocalPort:  l.Port(),
-		Remote:     l.Remote(),
-		Bridged:    l.peer.Load() != nil,
-		PacketsOut: l.pktsOut.Load(),
-		BytesOut:   l.bytesOut.Load(),
-		Replaced:   l.replaced.Load(),
-		Injected:   l.injected.Load(),
-		Unsent:     l.unsent.Load(),
-		SendErrors: l.sendErrors.Load(),
+		Name:        l.name,
+		LocalPort:   l.Port(),
+		Remote:      l.Remote(),
+		Bridged:     l.peer.Load() != nil,
+		PacketsOut:  l.pktsOut.Load(),
+		BytesOut:    l.bytesOut.Load(),
+		Replaced:    l.replaced.Load(),
+		Injected:    l.injected.Load(),
+		Unsent:      l.unsent.Load(),
+		SendErrors:  l.sendErrors.Load(),
+		RTCPRemote:  l.RTCPRemote(),
+		RTCPIn:      l.rtcpIn.Load(),
+		RTCPOut:     l.rtcpOut.Load(),
+		RTCPDropped: l.rtcpStrays.Load(),
 	}
 	l.mu.Lock()
 	st.Latched = l.latched

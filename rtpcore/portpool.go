@@ -131,10 +131,21 @@ func (p *PortPool) wakeLocked(now time.Time) {
 // that another process holds is skipped (and retried after a quarantine).
 // It returns ErrPortsExhausted when no port can be bound.
 func (p *PortPool) Allocate() (*net.UDPConn, error) {
+	rtp, _, err := p.allocate(false)
+	return rtp, err
+}
+
+// AllocatePair is Allocate that also binds the odd port above for RTCP.
+// Release the RTCP socket before the RTP one.
+func (p *PortPool) AllocatePair() (rtp, rtcp *net.UDPConn, err error) {
+	return p.allocate(true)
+}
+
+func (p *PortPool) allocate(pair bool) (*net.UDPConn, *net.UDPConn, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	}
 	now := p.now()
 	p.wakeLocked(now)
@@ -143,24 +154,32 @@ func (p *PortPool) Allocate() (*net.UDPConn, error) {
 		port := p.free[0]
 		p.free = p.free[1:]
 		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port))))
+		var rtcp *net.UDPConn
+		if err == nil && pair {
+			rtcp, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port+1))))
+			if err != nil {
+				conn.Close()
+			}
+		}
 		if err != nil {
 			lastErr = err
 			p.resting = append(p.resting, quarantined{port: port, until: now.Add(p.quarantine)})
 			continue
 		}
 		p.inUse[port] = struct{}{}
-		return conn, nil
+		return conn, rtcp, nil
 	}
 	if lastErr != nil {
 		p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "err", lastErr)
-		return nil, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
+		return nil, nil, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
 	}
 	p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", len(p.inUse), "quarantined", len(p.resting))
-	return nil, ErrPortsExhausted
+	return nil, nil, ErrPortsExhausted
 }
 
 // Release closes conn and puts its port into quarantine. Releasing a socket
-// the pool did not hand out only closes it.
+// the pool did not hand out, such as the RTCP socket of AllocatePair, only
+// closes it.
 func (p *PortPool) Release(conn *net.UDPConn) {
 	if conn == nil {
 		return

@@ -3,6 +3,7 @@ package rtpcore
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,20 +74,30 @@ func (s *Session) NewLeg(name string) (*Leg, error) {
 		return nil, ErrClosed
 	}
 	s.mu.Unlock()
-	conn, err := s.e.pool.Allocate()
+	var conn, rtcp *net.UDPConn
+	var err error
+	if s.e.rtcp {
+		conn, rtcp, err = s.e.pool.AllocatePair()
+	} else {
+		conn, err = s.e.pool.Allocate()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("leg %s: %w", name, err)
 	}
-	l := newLeg(s, name, conn)
+	l := newLeg(s, name, conn, rtcp)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		s.e.pool.Release(rtcp)
 		s.e.pool.Release(conn)
 		return nil, ErrClosed
 	}
 	s.legs = append(s.legs, l)
 	s.mu.Unlock()
 	go l.readLoop()
+	if rtcp != nil {
+		go l.rtcpLoop()
+	}
 	return l, nil
 }
 
