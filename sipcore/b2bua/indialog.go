@@ -98,32 +98,38 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
 	}
-	defer c.reinvite.Unlock()
+	res := c.relayReInvite(req, ref.leg == nil, w)
+	// No longer pending once the answer is decided: a follow-up re-INVITE
+	// racing this response must not get 491.
+	c.reinvite.Unlock()
+	if err := tx.Respond(res); err != nil {
+		c.log.Debug("answer re-invite", "err", err)
+	}
+}
 
-	fromCaller := ref.leg == nil
+// relayReInvite passes the re-INVITE req to the other side and returns the
+// answer for its sender.
+func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.Response {
 	fromMedia, fromOrigin, toMedia, toOrigin := c.callerLeg, c.callerOrig, w.media, w.origin
 	ep := c.callerEP
 	if !fromCaller {
 		fromMedia, fromOrigin, toMedia, toOrigin = w.media, w.origin, c.callerLeg, c.callerOrig
 		ep = w.ep
 	}
+	plain := func(code int) *sip.Response { return sip.NewResponseFromRequest(req, code, sipReason(code), nil) }
 
 	if len(req.Body()) == 0 {
 		// A refresh without offer: offer our current description; the
 		// answer in the ACK changes nothing we relay.
-		body := fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.codecs, "")
-		c.respondSDP(tx, req, body, ep.Contact)
-		return
+		return sdpResponse(req, fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.codecs, ""), ep.Contact)
 	}
 	offer, err := sdp.Parse(req.Body())
 	if err != nil {
-		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
-		return
+		return plain(sip.StatusNotAcceptableHere)
 	}
 	common, err := sdp.Negotiate(offer, c.codecs)
 	if err != nil {
-		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
-		return
+		return plain(sip.StatusNotAcceptableHere)
 	}
 	fromMedia.SetRemote(offer.AudioAddr())
 
@@ -133,12 +139,10 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	status, answer, err := c.sendReInvite(ctx, !fromCaller, w, relayOffer)
 	if err != nil {
 		c.log.Warn("re-invite not relayed", "err", err)
-		respond(tx, req, sip.StatusServiceUnavailable, "Service Unavailable")
-		return
+		return plain(sip.StatusServiceUnavailable)
 	}
 	if status < 200 || status > 299 {
-		respond(tx, req, status, sipReason(status))
-		return
+		return plain(status)
 	}
 	dir := sdp.Direction("")
 	codecs := common
@@ -151,19 +155,16 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	body, _, err := fromOrigin.Answer(offer, c.mediaAddr, fromMedia.Port(), codecs, dir)
 	if err != nil {
-		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
-		return
+		return plain(sip.StatusNotAcceptableHere)
 	}
 	c.setHoldState(offer.Hold() || (answer != nil && answer.Hold()))
-	c.respondSDP(tx, req, body, ep.Contact)
+	return sdpResponse(req, body, ep.Contact)
 }
 
-func (c *Call) respondSDP(tx sip.ServerTransaction, req *sip.Request, body []byte, contact sip.ContactHeader) {
+func sdpResponse(req *sip.Request, body []byte, contact sip.ContactHeader) *sip.Response {
 	res := sip.NewSDPResponseFromRequest(req, body)
 	res.AppendHeader(sip.HeaderClone(&contact))
-	if err := tx.Respond(res); err != nil {
-		c.log.Debug("answer re-invite", "err", err)
-	}
+	return res
 }
 
 // sendReInvite sends a re-INVITE with body to the caller (toCaller) or to

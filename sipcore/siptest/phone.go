@@ -332,6 +332,9 @@ func (p *Phone) onBye(req *sip.Request, tx sip.ServerTransaction) {
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
 		return
 	}
+	c.mu.Lock()
+	c.remoteBye = true
+	c.mu.Unlock()
 	var err error
 	if c.ds != nil {
 		err = c.ds.ReadBye(req, tx)
