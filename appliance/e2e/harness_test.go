@@ -81,7 +81,7 @@ func freePortRange(t testing.TB, n int) int {
 	t.Helper()
 	// Below the kernel's ephemeral range (32768 and up), where other processes'
 	// client sockets do not land, and above rtpcore's default range.
-	for base := 21000 + (os.Getpid()%50)*200; base+n < 32700; base += 200 * 3 {
+	for base := 21000 + (os.Getpid()%12)*800; base+n < 32700; base += 800 {
 		ok := true
 		var held []net.PacketConn
 		for p := base; p < base+n; p++ {
@@ -105,8 +105,9 @@ func freePortRange(t testing.TB, n int) int {
 
 // logBuffer collects a process's output and lets tests wait for a line.
 type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	from int
 }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
@@ -119,6 +120,20 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// mark starts a new run: Since returns only what was written after it.
+func (l *logBuffer) mark() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.from = l.buf.Len()
+}
+
+// Since is the output of the current run.
+func (l *logBuffer) Since() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf.Bytes()[l.from:])
 }
 
 // pbxProc is a running bin/pbx.
@@ -162,7 +177,7 @@ spec:
   dataDir: %s
   cdr:
     enabled: %t
-`, c.SIPPort, c.RTPMin, c.RTPMin+199, c.DataDir, !c.NoCDR)
+`, c.SIPPort, c.RTPMin, c.RTPMin+799, c.DataDir, !c.NoCDR)
 	if c.APIPort != 0 {
 		fmt.Fprintf(&b, `  api:
     enabled: true
@@ -205,7 +220,7 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 		c.SIPPort = freePort(t)
 	}
 	if c.RTPMin == 0 {
-		c.RTPMin = freePortRange(t, 200)
+		c.RTPMin = freePortRange(t, 800)
 	}
 	if c.DataDir == "" {
 		c.DataDir = filepath.Join(root, "data")
@@ -222,6 +237,7 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 func (p *pbxProc) start() {
 	p.t.Helper()
 	p.done = make(chan struct{})
+	p.log.mark()
 	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", "debug", "--drain-timeout", "5s")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -267,7 +283,7 @@ func (p *pbxProc) waitLog(substr string, d time.Duration) {
 	p.t.Helper()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if strings.Contains(p.log.String(), substr) {
+		if strings.Contains(p.log.Since(), substr) {
 			return
 		}
 		select {
