@@ -719,3 +719,26 @@ func TestMalformedDatagramsDropped(t *testing.T) {
 	}
 	waitFor(t, "malformed", func() bool { return la.Stats().Malformed == 2 })
 }
+
+// FuzzRecvStats feeds arbitrary sequences of headers to the receive
+// statistics: nothing panics, loss is never negative and never exceeds
+// the sequence span the packets could cover.
+func FuzzRecvStats(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 0, 5, 255, 255, 0, 0})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 1, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r recvStats
+		var n int
+		for i := 0; i+1 < len(b); i += 2 {
+			h := Header{Sequence: uint16(b[i])<<8 | uint16(b[i+1]), SSRC: uint32(b[i] >> 7), PayloadType: b[i+1] & 0x7f, Timestamp: uint32(i) * 160}
+			r.update(&h, 172, int64(i)*int64(20*time.Millisecond), 8000)
+			n++
+		}
+		if l := r.lost(); l < 0 || l > int64(n)*65536 {
+			t.Fatalf("lost %d after %d packets", l, n)
+		}
+		if r.packets != uint64(n) || r.jitterDuration(8000) < 0 {
+			t.Fatalf("packets %d jitter %v", r.packets, r.jitterDuration(8000))
+		}
+	})
+}

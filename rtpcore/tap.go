@@ -44,7 +44,8 @@ func (p *Packet) Payload() []byte { return p.Header.Payload(p.Raw) }
 // end (In, whether bridged or not) and every packet sent to it (Out). It
 // is called synchronously on the relay goroutine, so it must return
 // quickly, must not block and must not keep p or p.Raw after returning.
-// A Tap that needs to do I/O should use NewQueueTap.
+// It must not close the leg or its session (Close waits for the relay
+// goroutine). A Tap that needs to do I/O should use NewQueueTap.
 type Tap interface {
 	TapRTP(p *Packet)
 }
