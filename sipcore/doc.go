@@ -27,4 +27,8 @@
 //     Server.UserAgentHeader). ACK and CANCEL requests that sipgo builds
 //     internally carry no User-Agent.
 //   - Over TCP the admission hook sees read chunks, not whole messages.
+//   - sipgo writes a few messages (TCP reference counting) through its
+//     package-level logger, slog.Default; its setter is not safe to call
+//     while SIP traffic flows, so the composition root should call
+//     sip.SetDefaultLogger before New if it wants them elsewhere.
 package sipcore

@@ -85,6 +85,7 @@ type env struct {
 type envOpts struct {
 	ringTimeout  time.Duration
 	mediaTimeout time.Duration
+	identify     b2bua.IdentifyFunc
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -129,13 +130,17 @@ func newEnv(t *testing.T, o envOpts) *env {
 			return b2bua.Decision{Reject: &b2bua.Rejection{Status: 404, Cause: b2bua.CauseNoRoute}}
 		}
 		legs := b2bua.LegsFor(reg.Lookup(in.Caller.Tenant, ext), srv.ConnectionOpen, ext, ext)
+		user := in.Caller.Extension
+		if user == "" {
+			user = in.From.User
+		}
 		return b2bua.Decision{Target: &b2bua.Target{
 			Legs: legs, RingTimeout: ring,
-			CallerID: b2bua.Identity{User: in.Caller.Extension, DisplayName: in.Caller.DisplayName},
+			CallerID: b2bua.Identity{User: user, DisplayName: in.Caller.DisplayName},
 			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain},
 		}}
 	})
-	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout}, nil)
+	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -633,5 +638,36 @@ func TestLateAnswerFromCancelledLegGetsAckAndBye(t *testing.T) {
 	}
 	if err := call.Hangup(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestTrustedCallerSkipsDigest(t *testing.T) {
+	e := newEnv(t, envOpts{identify: func(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
+		if h := req.GetHeader("X-Test-Trunk"); h != nil && src.Addr().IsLoopback() {
+			return b2bua.Caller{Kind: b2bua.KindTrunk, Tenant: tenant, Trunk: h.Value()}, true, nil
+		}
+		return b2bua.Caller{}, false, nil
+	}})
+	bob := e.phone("udp", "bob", "bob-pw")
+	carrier := siptest.NewPhone(t, siptest.Options{Username: "+15550100", Domain: domain, PBX: e.udp}) // no password
+	call := carrier.DialWith(ctxT(t), "102", sip.NewHeader("X-Test-Trunk", "carrier-a"))
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("trunk call: %d", s)
+	}
+	waitCh(t, in.Answered(), "answered")
+	if got := in.Invite.From().Address.User; got != "+15550100" {
+		t.Fatalf("callee sees caller %q, want the trunk's calling number", got)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.rec.ended(t)
+	if ev.Call.Caller.Kind != b2bua.KindTrunk || ev.Call.Caller.Trunk != "carrier-a" {
+		t.Fatalf("caller %+v", ev.Call.Caller)
+	}
+	// Without the header the same phone is challenged, and has no password.
+	if s := final(t, carrier.Dial(ctxT(t), "102")); s != 407 {
+		t.Fatalf("untrusted: %d, want 407", s)
 	}
 }

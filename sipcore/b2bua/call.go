@@ -387,6 +387,11 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 		return
 	}
 	target := dec.Target
+	if c.caller.Context().Err() != nil {
+		c.event(EventCreated, nil)
+		c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+		return
+	}
 
 	c.mediaAddr = c.m.opts.Media.AdvertisedAddr()
 	if !c.mediaAddr.IsValid() || c.mediaAddr.IsUnspecified() {

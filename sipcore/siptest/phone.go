@@ -514,6 +514,11 @@ type DialResult struct {
 // at once; the call's Final channel delivers the outcome. Cancelling ctx
 // before answer sends CANCEL.
 func (p *Phone) Dial(ctx context.Context, target string) *Call {
+	return p.DialWith(ctx, target)
+}
+
+// DialWith is Dial with extra headers on the INVITE.
+func (p *Phone) DialWith(ctx context.Context, target string, headers ...sip.Header) *Call {
 	ruri := sip.Uri{Scheme: "sip", User: target, Host: p.opts.Domain}
 	req := p.newRequest(sip.INVITE, ruri)
 	from := &sip.FromHeader{DisplayName: strings.ToUpper(p.opts.Username), Address: p.aor()}
@@ -522,6 +527,9 @@ func (p *Phone) Dial(ctx context.Context, target string) *Call {
 	req.AppendHeader(&sip.ToHeader{Address: ruri})
 	req.AppendHeader(sip.HeaderClone(&p.contact))
 	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	for _, h := range headers {
+		req.AppendHeader(h)
+	}
 	c := newCall(p, req)
 	media, err := newMedia(p.opts.Codecs[0])
 	if err != nil {
