@@ -15,7 +15,9 @@
 //     rebinding), and counters (packets and bytes in and out, loss from
 //     sequence gaps, RFC 3550 interarrival jitter, last packet time);
 //   - Session.Bridge, which relays RTP (and RTCP) between two legs without
-//     touching the payload, the sequence numbers or the timestamps;
+//     touching the payload, the sequence numbers or the timestamps (only a
+//     telephone-event payload type is mapped when the two legs negotiated
+//     different ones, see Leg.SetTelephoneEventPT);
 //   - Taps (synchronous observers of relayed and injected packets, for
 //     recording and voicemail) and Injections (a player replacing the
 //     relayed audio toward one leg with its own SSRC, sequence and

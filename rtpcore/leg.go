@@ -28,6 +28,7 @@ type Leg struct {
 	target atomic.Pointer[netip.AddrPort] // where packets to the far end go
 
 	clockRate atomic.Uint32
+	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown
 
 	// Outbound counters are written by the peer's reader and by injections.
 	pktsOut     atomic.Uint64
@@ -93,6 +94,7 @@ func newLeg(s *Session, name string, conn, rtcp *net.UDPConn) *Leg {
 		close(l.rtcpDone)
 	}
 	l.clockRate.Store(DefaultClockRate)
+	l.tePT.Store(-1)
 	return l
 }
 
@@ -120,6 +122,21 @@ func (l *Leg) SetClockRate(hz uint32) {
 		l.clockRate.Store(hz)
 	}
 }
+
+// SetTelephoneEventPT records the telephone-event payload type negotiated
+// on this leg (negative: none or unknown). When both bridged legs have one
+// and they differ (a caller offering 96 while the callee was offered
+// 101), relayed telephone-event packets get the receiving leg's type;
+// nothing else in the packet changes.
+func (l *Leg) SetTelephoneEventPT(pt int) {
+	if pt < 0 || pt > 127 {
+		pt = -1
+	}
+	l.tePT.Store(int32(pt))
+}
+
+// TelephoneEventPT returns the leg's telephone-event payload type, or -1.
+func (l *Leg) TelephoneEventPT() int { return int(l.tePT.Load()) }
 
 // SetRemote sets the far end's address from its SDP (c= and m= port). A
 // changed address starts latching afresh; setting the same address again
@@ -320,6 +337,10 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 	if peer.inj.Load() != nil {
 		peer.replaced.Add(1)
 		return
+	}
+	if from, to := l.tePT.Load(), peer.tePT.Load(); from != to && from >= 0 && to >= 0 && int32(h.PayloadType) == from {
+		pkt[1] = pkt[1]&0x80 | byte(to)
+		h.PayloadType = uint8(to)
 	}
 	if !peer.send(pkt) {
 		return

@@ -742,3 +742,48 @@ func FuzzRecvStats(f *testing.F) {
 		}
 	})
 }
+
+func TestTelephoneEventPTMapped(t *testing.T) {
+	e := newEngine(t, Options{})
+	_, la, lb, pa, pb := bridgedPair(t, e)
+	la.SetTelephoneEventPT(96)
+	lb.SetTelephoneEventPT(101)
+	ev := DTMFEvent{Event: 5, Volume: 10, Duration: 160}.Append(nil)
+	send := func(from *phone, to *Leg, pt uint8, marker bool) []byte {
+		pkt := AppendHeader(nil, marker, pt, from.seq, from.ts, from.ssrc)
+		from.seq++
+		pkt = append(pkt, ev...)
+		from.sendTo(legTo(to), pkt)
+		return pkt
+	}
+	check := func(got, sent []byte, wantPT uint8) {
+		t.Helper()
+		h, err := ParseHeader(got)
+		if err != nil || h.PayloadType != wantPT {
+			t.Fatalf("relayed PT %d, want %d (%v)", h.PayloadType, wantPT, err)
+		}
+		if !bytes.Equal(got[2:], sent[2:]) || got[0] != sent[0] || got[1]&0x80 != sent[1]&0x80 {
+			t.Fatal("more than the payload type changed")
+		}
+	}
+	sent := send(pa, la, 96, true)
+	got, _ := pb.recv(5 * time.Second)
+	check(got, sent, 101)
+	sent = send(pb, lb, 101, false)
+	got, _ = pa.recv(5 * time.Second)
+	check(got, sent, 96)
+	// Audio is untouched.
+	audio := pa.packet(PayloadPCMA, 160)
+	pa.sendTo(legTo(la), audio)
+	if got, _ := pb.recv(5 * time.Second); !bytes.Equal(got, audio) {
+		t.Fatal("audio changed")
+	}
+	// Same type on both sides, or unknown on one: untouched.
+	lb.SetTelephoneEventPT(-1)
+	sent = send(pa, la, 96, false)
+	got, _ = pb.recv(5 * time.Second)
+	check(got, sent, 96)
+	if la.TelephoneEventPT() != 96 || lb.TelephoneEventPT() != -1 {
+		t.Errorf("PTs %d %d", la.TelephoneEventPT(), lb.TelephoneEventPT())
+	}
+}
