@@ -354,6 +354,20 @@ func TestForkSecondAnswersFirstCancelled(t *testing.T) {
 	if len(ev.Call.Legs) != 2 || won != 1 || cancelled != 1 {
 		t.Fatalf("legs %+v", ev.Call.Legs)
 	}
+	legEvents := 0
+	for _, k := range e.rec.kinds() {
+		if k == b2bua.EventLegEnded {
+			legEvents++
+		}
+	}
+	for _, l := range ev.Call.Legs {
+		if l.End.IsZero() || l.Start.IsZero() || l.SIPCallID == "" {
+			t.Fatalf("leg without times or call id: %+v", l)
+		}
+	}
+	if legEvents != 2 {
+		t.Fatalf("%d leg events, want 2: %v", legEvents, e.rec.kinds())
+	}
 }
 
 func TestBusy(t *testing.T) {

@@ -53,6 +53,7 @@ type Call struct {
 	forkOnce sync.Once
 
 	reinvite sync.Mutex // one re-INVITE at a time
+	evMu     sync.Mutex // serialises observer calls
 
 	mu         sync.Mutex
 	info       CallInfo
@@ -110,7 +111,11 @@ func (c *Call) mediaLocked() MediaAccess {
 	return ma
 }
 
+// event delivers one event to the observer. Events of one call are
+// serialised (legs report from their own goroutines).
 func (c *Call) event(kind EventKind, leg *LegInfo) {
+	c.evMu.Lock()
+	defer c.evMu.Unlock()
 	c.mu.Lock()
 	ev := Event{Kind: kind, At: time.Now(), Call: c.snapshotLocked(), Leg: leg}
 	if kind == EventCreated || kind == EventAnswered {
@@ -240,6 +245,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	defer m.removeCall(c)
 	m.addDialog(ds.ID, dialogRef{call: c})
 	c.run(req, src, transport)
+	c.emitEnded()
 }
 
 // rewriteContact: send in-dialog requests to the packet source instead of
@@ -305,21 +311,17 @@ func (c *Call) fail(status int, cause, reason string) {
 	c.finish(cause, status, reason)
 }
 
-// finish records the end and emits the ended event (once).
+// finish records how the call ended (the first call wins) and releases
+// its media. The ended event follows from emitEnded once every leg is done.
 func (c *Call) finish(cause string, status int, reason string) {
 	c.endOnce.Do(func() {
+		now := time.Now()
 		c.mu.Lock()
-		w := c.winner
-		var wl *LegInfo
-		if w != nil {
-			if w.info.End.IsZero() {
-				w.info.End = time.Now()
-			}
-			li := w.info
-			wl = &li
+		if w := c.winner; w != nil && w.info.End.IsZero() {
+			w.info.End = now
 		}
 		c.info.State = StateEnded
-		c.info.End = time.Now()
+		c.info.End = now
 		c.info.Cause = cause
 		c.info.SIPStatus = status
 		c.info.Reason = reason
@@ -328,11 +330,24 @@ func (c *Call) finish(cause string, status int, reason string) {
 			_ = c.session.Close()
 		}
 		c.log.Info("call ended", "cause", cause, "sip_status", status, "reason", reason)
-		if wl != nil {
-			c.event(EventLegEnded, wl)
-		}
-		c.event(EventEnded, nil)
 	})
+}
+
+// emitEnded delivers the winner's leg event and the ended event, after
+// every leg has finished, so the record lists each leg's outcome.
+func (c *Call) emitEnded() {
+	c.finish(CauseError, sip.StatusInternalServerError, "call ended without outcome")
+	c.mu.Lock()
+	var wl *LegInfo
+	if w := c.winner; w != nil {
+		li := w.info
+		wl = &li
+	}
+	c.mu.Unlock()
+	if wl != nil {
+		c.event(EventLegEnded, wl)
+	}
+	c.event(EventEnded, nil)
 }
 
 func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
@@ -440,14 +455,19 @@ func (c *Call) fork(target *Target) {
 	var legsWG sync.WaitGroup
 	defer legsWG.Wait()
 	defer c.closeFork()
+	var startFailures []int
 	for i, lt := range target.Legs {
 		l, err := c.newLeg(i, lt, target, ringTimeout)
 		if err != nil {
 			c.log.Warn("leg not started", "target", lt.Name, "err", err)
 			now := time.Now()
+			failed := &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: CauseError}}
 			c.mu.Lock()
-			c.legs = append(c.legs, &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: CauseError}})
+			c.legs = append(c.legs, failed)
 			c.mu.Unlock()
+			li := failed.info
+			c.event(EventLegEnded, &li)
+			startFailures = append(startFailures, sip.StatusServiceUnavailable)
 			continue
 		}
 		c.mu.Lock()
@@ -481,7 +501,7 @@ func (c *Call) fork(target *Target) {
 	defer ring.Stop()
 	ringing := false
 	var early *outLeg
-	var finals []int
+	finals := startFailures
 
 	for pending > 0 {
 		select {

@@ -72,9 +72,11 @@ func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Dura
 	if err != nil {
 		return nil, fmt.Errorf("media leg: %w", err)
 	}
+	// The leg's own limit, counted once it starts; the call's ring timer
+	// bounds the whole fork anyway.
 	timeout := lt.Timeout
 	if timeout <= 0 || timeout > ringTimeout {
-		timeout = ringTimeout + lt.Delay
+		timeout = ringTimeout
 	}
 	l := &outLeg{
 		call: c, idx: i, target: lt, ep: ep, media: ml, origin: sdp.NewOrigin(), timeout: timeout,
