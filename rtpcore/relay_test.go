@@ -502,10 +502,21 @@ func sine(n int) []int16 {
 	return out
 }
 
+// noise returns n samples that differ from frame to frame.
+func noise(n int) []int16 {
+	out := make([]int16, n)
+	x := uint32(12345)
+	for i := range out {
+		x = x*1664525 + 1013904223
+		out[i] = int16(x >> 16)
+	}
+	return out
+}
+
 func TestPlayerPacesWAV(t *testing.T) {
 	e := newEngine(t, Options{})
 	_, _, lb, _, pb := bridgedPair(t, e)
-	pcm := sine(8000) // one second
+	pcm := noise(8000) // one second: 50 frames
 	path := t.TempDir() + "/moh.wav"
 	w, err := CreateWAV(path, 8000, 1)
 	if err != nil {
@@ -517,38 +528,69 @@ func TestPlayerPacesWAV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- lb.Play(context.Background(), pl, PayloadPCMU) }()
-	var firstAt, lastAt time.Time
-	var prev Header
-	for i := 0; i < 50; i++ {
-		got, _ := pb.recv(5 * time.Second)
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		err := lb.Play(context.Background(), pl, PayloadPCMU)
+		done <- result{err, time.Since(start)}
+	}()
+	var first, prev Header
+	var res *result
+	received, lastK := 0, -1
+	lastAt := time.Now()
+	for {
+		got, _ := pb.recv(100 * time.Millisecond)
 		if got == nil {
-			t.Fatalf("frame %d missing", i)
-		}
-		h, _ := ParseHeader(got)
-		if h.PayloadType != PayloadPCMU || len(h.Payload(got)) != 160 {
-			t.Fatalf("frame %d: %+v", i, h)
-		}
-		want := EncodeUlaw(nil, pcm[i*160:(i+1)*160])
-		if !bytes.Equal(h.Payload(got), want) {
-			t.Fatalf("frame %d payload differs from the encoded WAV", i)
-		}
-		if i > 0 && (h.Sequence != prev.Sequence+1 || h.Timestamp != prev.Timestamp+160) {
-			t.Fatalf("frame %d seq/ts %d/%d after %d/%d", i, h.Sequence, h.Timestamp, prev.Sequence, prev.Timestamp)
-		}
-		prev = h
-		if i == 0 {
-			firstAt = time.Now()
+			if res != nil {
+				break // played and drained
+			}
+			select {
+			case r := <-done:
+				res = &r
+			default:
+				if time.Since(lastAt) > 10*time.Second {
+					t.Fatalf("nothing for 10s after %d frames", received)
+				}
+			}
+			continue
 		}
 		lastAt = time.Now()
+		h, _ := ParseHeader(got)
+		if h.PayloadType != PayloadPCMU || len(h.Payload(got)) != 160 {
+			t.Fatalf("packet %d: %+v", received, h)
+		}
+		if received == 0 {
+			first = h
+		} else if h.Sequence != prev.Sequence+1 || h.Timestamp <= prev.Timestamp || (h.Timestamp-prev.Timestamp)%160 != 0 {
+			// A pacer that falls far behind skips frames: the timestamp
+			// jumps by whole frames, the sequence never does.
+			t.Fatalf("packet %d seq/ts %d/%d after %d/%d", received, h.Sequence, h.Timestamp, prev.Sequence, prev.Timestamp)
+		}
+		prev = h
+		received++
+		k := int((h.Timestamp - first.Timestamp) / 160)
+		if k >= 50 {
+			t.Fatalf("frame %d beyond the file", k)
+		}
+		if want := EncodeUlaw(nil, pcm[k*160:(k+1)*160]); !bytes.Equal(h.Payload(got), want) {
+			t.Fatalf("frame %d payload differs from the encoded WAV", k)
+		}
+		lastK = k
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("play: %v", err)
+	if res.err != nil {
+		t.Fatalf("play: %v", res.err)
 	}
-	// 49 intervals of 20 ms: the ticker cannot send early.
-	if span := lastAt.Sub(firstAt); span < 900*time.Millisecond {
-		t.Errorf("50 frames in %v: not paced", span)
+	// The end of 50 frames is due after 50 × 20 ms: the ticker cannot
+	// send early, however late it runs.
+	if res.took < 950*time.Millisecond {
+		t.Errorf("one second of audio played in %v: not paced", res.took)
+	}
+	if received < 25 || lastK < 25 {
+		t.Errorf("only %d of 50 frames sent, the last %d", received, lastK)
 	}
 	if lb.Injecting() {
 		t.Error("injection still active after play")
