@@ -685,3 +685,40 @@ func TestTrustedCallerSkipsDigest(t *testing.T) {
 		t.Fatalf("untrusted: %d, want 407", s)
 	}
 }
+
+func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
+	e := newEnv(t, envOpts{ringTimeout: 3 * time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	// A stale registration: the contact's socket swallows everything.
+	dead, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, _, err := dead.ReadFromUDP(buf); err != nil {
+				return
+			}
+		}
+	}()
+	req := bob.RegisterRequest(600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "bob", Host: "127.0.0.1", Port: dead.LocalAddr().(*net.UDPAddr).Port}})
+	if res, err := bob.SendAuth(ctxT(t), req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("register dead contact: %v %v", res, err)
+	}
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	call := alice.Dial(ctxT(t), "102")
+	bob.WaitIncoming(wait)
+	if s := final(t, call); s != 480 {
+		t.Fatalf("final %d, want 480", s)
+	}
+	// sipgo alone would hold the silent leg for 64*T1 (32 s) waiting for a
+	// provisional before it may CANCEL; the record must not wait that long.
+	ev := e.rec.ended(t)
+	if ev.Call.Cause != b2bua.CauseNoAnswer || len(ev.Call.Legs) != 2 {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emiago/sipgo"
@@ -17,6 +18,10 @@ import (
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
 )
+
+// silentLeg is how long a leg may stay without any response before a
+// cancellation drops it instead of waiting to send CANCEL.
+const silentLeg = 2 * time.Second
 
 type legEventKind int
 
@@ -41,9 +46,12 @@ type outLeg struct {
 	ep     sipcore.Endpoint
 	log    *slog.Logger
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	timeout time.Duration
+	ctx      context.Context
+	cancel   context.CancelFunc
+	heard    atomic.Bool  // a provisional response arrived: CANCEL is possible
+	timedOut atomic.Bool  // the leg's own timeout cancelled it
+	sentAt   atomic.Int64 // unix nanoseconds the INVITE left; 0 before
+	timeout  time.Duration
 
 	media  *rtpcore.Leg
 	origin *sdp.Origin
@@ -84,7 +92,20 @@ func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Dura
 		info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: time.Now()},
 	}
 	l.origin.Username = c.m.sip.UserAgent()
-	l.ctx, l.cancel = context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l.ctx = ctx
+	l.cancel = func() {
+		// RFC 3261 9.1: no CANCEL before a provisional response, and sipgo
+		// waits up to 64*T1 for one. A leg silent for a while (a dead
+		// contact) is dropped at once; a young one gets its CANCEL once its
+		// 100 arrives.
+		sent := l.sentAt.Load()
+		if !l.heard.Load() && sent != 0 && time.Since(time.Unix(0, sent)) > silentLeg {
+			cancel(sipgo.WaitAnswerForceCancelErr)
+			return
+		}
+		cancel(nil)
+	}
 	return l, nil
 }
 
@@ -199,11 +220,16 @@ func (l *outLeg) run() {
 	l.info.SIPCallID = string(*req.CallID())
 	l.mu().Unlock()
 
-	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-	defer cancel()
+	ctx := l.ctx
+	timer := time.AfterFunc(l.timeout, func() {
+		l.timedOut.Store(true)
+		l.cancel()
+	})
+	defer timer.Stop()
 	// In-dialog requests (ACK, BYE) follow the 2xx's source when the
 	// Contact cannot be reached directly.
 	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact, RewriteContact: l.rewritten()}
+	l.sentAt.Store(time.Now().UnixNano())
 	d, err := dua.WriteInvite(ctx, req)
 	if err != nil {
 		l.log.Warn("invite not sent", "err", err)
@@ -212,6 +238,9 @@ func (l *outLeg) run() {
 	}
 	l.dialog = d
 	opts := sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
+		if r.IsProvisional() {
+			l.heard.Store(true)
+		}
 		if r.IsProvisional() && r.StatusCode > 100 {
 			var desc *sdp.Description
 			if r.StatusCode == sip.StatusSessionInProgress && len(r.Body()) > 0 {
@@ -247,10 +276,10 @@ func (l *outLeg) run() {
 	case errors.As(err, &dr):
 		code := dr.Res.StatusCode
 		l.finish(code, legCause(code), true)
+	case l.timedOut.Load() || errorIsTimeout(err):
+		l.finish(sip.StatusRequestTimeout, CauseNoAnswer, true)
 	case l.ctx.Err() != nil:
 		l.finish(sip.StatusRequestTerminated, CauseCancelled, true)
-	case ctx.Err() != nil || errorIsTimeout(err):
-		l.finish(sip.StatusRequestTimeout, CauseNoAnswer, true)
 	default:
 		l.log.Warn("invite failed", "err", err)
 		l.finish(sip.StatusServiceUnavailable, CauseError, true)
