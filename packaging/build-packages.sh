@@ -4,9 +4,9 @@
 # Usage: packaging/build-packages.sh        (what `make package` runs)
 #
 # Expects bin/pbx and bin/pbxctl from `make build`. Generates shell completions
-# (`pbxctl completion bash|zsh|fish`) and man pages (`pbxctl man DIR`, plus the
-# hand-written pbx(1)) into a staging directory, then runs nfpm from the Go module
-# proxy.
+# (`pbxctl completion bash|zsh|fish`) and man pages (`pbx man DIR`, `pbxctl man
+# DIR`, and the hand-written pbx(1)) into a staging directory, then runs nfpm from
+# the Go module proxy.
 #
 # Environment:
 #   PBX_VERSION  package version, used as given; default derived from VERSION
@@ -98,10 +98,15 @@ bin/pbxctl completion fish >"$PBX_STAGE/completions/pbxctl.fish" || die "bin/pbx
 for f in pbxctl.bash _pbxctl pbxctl.fish; do
 	[ -s "$PBX_STAGE/completions/$f" ] || die "bin/pbxctl wrote an empty completion script $f"
 done
+bin/pbx man "$PBX_STAGE/gen" >/dev/null || die "bin/pbx man DIR failed (the hidden man-page command)"
 bin/pbxctl man "$PBX_STAGE/gen" >/dev/null || die "bin/pbxctl man DIR failed (the hidden man-page command)"
+# The hand-written pbx(1) replaces the generated one: it adds the files, signals,
+# environment and systemd commands an admin looks for.
 cp packaging/man/pbx.1 "$PBX_STAGE/gen/pbx.1"
 find "$PBX_STAGE/gen" -type f -name '*.1' -exec cp {} "$PBX_STAGE/man/man1/" \;
-[ -e "$PBX_STAGE/man/man1/pbxctl.1" ] || die "bin/pbxctl man wrote no pbxctl.1"
+for page in pbx-run.1 pbxctl.1 pbxctl-validate.1; do
+	[ -e "$PBX_STAGE/man/man1/$page" ] || die "no $page among the generated man pages"
+done
 # -n leaves the time stamp out, so the same pages give the same package.
 gzip -9n "$PBX_STAGE"/man/man1/*.1
 

@@ -11,9 +11,16 @@
 # edit of /etc/pbx/pbx.yaml is kept without any prompt, then removes (configuration
 # and data kept) and purges (/etc/pbx gone, data kept).
 #
-# It does all of that twice: in a root with systemd installed (sysusers, tmpfiles,
-# `systemctl enable` offline) and in a bare minbase root (useradd, mkdir). systemd
-# never runs in a chroot, so both exercise the "systemd is not running" path.
+# It does all of that in a chroot with systemd installed (sysusers, tmpfiles,
+# `systemctl enable` offline) and in a bare minbase chroot (useradd, mkdir); systemd
+# never runs in a chroot, so both take the "systemd is not running" path. Then it
+# boots the systemd root with systemd-nspawn (private network) and does what the
+# admin does on a real machine: the package starts pbx through the unit (Type=notify,
+# User=pbx, every hardening line), `systemctl reload pbx` succeeds, and fails
+# visibly on a configuration pbxctl rejects while the daemon keeps running, the
+# journal stores each JSON line at its priority, the watchdog is fed, an upgrade
+# leaves the running daemon alone, and a first install over a broken configuration
+# enables pbx without starting it.
 #
 # PACKAGE.deb defaults to the newest dist/pbx_*_ARCH.deb (from `make package`); when
 # there is none, packaging/build-packages.sh builds it from bin/.
@@ -21,7 +28,7 @@
 # Environment:
 #   PBX_TEST_CACHE   where debootstrapped roots are cached as tarballs (/var/cache/pbx-test)
 #   PBX_TEST_MIRROR  Debian mirror (http://deb.debian.org/debian)
-#   PBX_TEST_ROOTS   which roots to test ("systemd plain")
+#   PBX_TEST_ROOTS   which roots to test ("systemd plain booted")
 set -eu
 
 started=$(date +%s)
@@ -29,7 +36,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 suite=bookworm
 mirror=${PBX_TEST_MIRROR:-http://deb.debian.org/debian}
 cache=${PBX_TEST_CACHE:-/var/cache/pbx-test}
-roots=${PBX_TEST_ROOTS:-systemd plain}
+roots=${PBX_TEST_ROOTS:-systemd plain booted}
 path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 say() { printf 'test-install: %s\n' "$*"; }
@@ -70,12 +77,17 @@ arch=$(dpkg --print-architecture)
 
 work=$(mktemp -d /var/tmp/pbx-test.XXXXXX)
 daemon=
+container=
 mounted=
 
 cleanup() {
 	status=$?
 	if [ -n "$daemon" ]; then
 		kill -KILL "$daemon" 2>/dev/null || true
+	fi
+	if [ -n "$container" ]; then
+		kill -KILL "$container" 2>/dev/null || true
+		wait "$container" 2>/dev/null || true
 	fi
 	for m in $mounted; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
@@ -130,12 +142,13 @@ dpkg --compare-versions "$new_version" gt "$old_version" ||
 
 # ------------------------------------------------------------------ roots --
 
-# make_root NAME INCLUDE: a fresh root in $work/NAME, from the cache when possible.
+# make_root NAME FLAVOUR INCLUDE: a fresh root in $work/NAME, from the cache of
+# FLAVOUR when possible.
 make_root() {
 	name=$1
-	include=$2
+	include=$3
 	root=$work/$name
-	tarball=$cache/$suite-minbase-$arch-$name.tar.gz
+	tarball=$cache/$suite-minbase-$arch-$2.tar.gz
 	mkdir -p "$root"
 	if [ -f "$tarball" ] && tar -C "$root" --numeric-owner -xzpf "$tarball"; then
 		say "root $name from $tarball"
@@ -179,6 +192,7 @@ owner_mode() {
 }
 
 quiet() { "$@" >/dev/null 2>&1; }
+differ() { [ "$1" != "$2" ]; }
 lacks() { ! grep -Eqi "$1" "$2"; }
 system_uid() { [ -n "$1" ] && [ "$1" -lt 1000 ]; }
 closed_shell() { case "$1" in */nologin | */false) return 0 ;; esac; return 1; }
@@ -365,13 +379,186 @@ test_root() {
 	umount_root "$root"
 }
 
+# ---------------------------------------------------------- booted root --
+
+# in_booted COMMAND...: runs COMMAND inside the booted container.
+in_booted() {
+	nsenter -t "$init" -m -u -i -n -p -C -r -w \
+		/usr/bin/env -i PATH="$path" LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@" </dev/null
+}
+# in_netns COMMAND...: runs a host COMMAND in the container's network namespace.
+in_netns() { nsenter -t "$init" -n "$@" </dev/null; }
+prop() { in_booted systemctl show -P "$1" pbx.service; }
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.2s until it succeeds.
+wait_for() {
+	n=$(($1 * 5))
+	shift
+	while [ "$n" -gt 0 ]; do
+		if "$@" >/dev/null 2>&1; then
+			return 0
+		fi
+		sleep 0.2
+		n=$((n - 1))
+	done
+	return 1
+}
+booted_up() {
+	state=$(in_booted systemctl is-system-running 2>/dev/null || true)
+	[ "$state" = running ] || [ "$state" = degraded ]
+}
+sip_ok() { in_netns "$work/sipping" -timeout 10s 127.0.0.1:5060 >"$work/sipping.log" 2>&1; }
+
+boot_container() {
+	if ! command -v systemd-nspawn >/dev/null 2>&1; then
+		say "installing systemd-container (systemd-nspawn)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd-container >/dev/null ||
+			die "cannot install systemd-container; run: apt-get install systemd-container"
+	fi
+	# Without systemd on the host there is no manager to create a scope for it.
+	keep=
+	[ -d /run/systemd/system ] || keep=--keep-unit
+	systemd-nspawn --quiet --directory="$root" --boot --private-network --register=no \
+		--console=passive $keep >"$work/nspawn.log" 2>&1 &
+	container=$!
+	init=
+	n=0
+	while [ -z "$init" ] && [ $n -lt 100 ]; do
+		sleep 0.1
+		init=$(ps -o pid= --ppid "$container" 2>/dev/null | tr -d ' ' | head -n 1)
+		n=$((n + 1))
+	done
+	if [ -z "$init" ] || ! wait_for 60 booted_up; then
+		tail -n 20 "$work/nspawn.log" >&2
+		die "the booted root did not come up (systemd-nspawn); PBX_TEST_ROOTS=\"systemd plain\" skips this part"
+	fi
+}
+
+stop_container() {
+	in_booted systemctl poweroff >/dev/null 2>&1 || true
+	n=0
+	while kill -0 "$container" 2>/dev/null && [ $n -lt 150 ]; do
+		sleep 0.2
+		n=$((n + 1))
+	done
+	kill -KILL "$container" 2>/dev/null || true
+	wait "$container" 2>/dev/null || true
+	container=
+}
+
+test_booted() {
+	say "--- root: booted (systemd-nspawn, private network)"
+	boot_container
+	# /tmp in the container is its own tmpfs.
+	cp "$old_deb" "$root/var/cache/pbx-old.deb"
+	cp "$new_deb" "$root/var/cache/pbx-new.deb"
+
+	# First install on a running systemd: enabled, validated, started.
+	in_booted timeout 300 dpkg -i /var/cache/pbx-old.deb >"$work/install.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -i $old_version (exit $rc)" [ "$rc" -eq 0 ]
+	sed -n 's/^/        /; /pbx: /p' "$work/install.log"
+	check "pbx.service enabled" is "$(in_booted systemctl is-enabled pbx.service)" enabled
+	check "pbx.service active after install (Type=notify: READY=1 arrived)" \
+		is "$(in_booted systemctl is-active pbx.service)" active
+	check "runs as pbx" is "$(in_booted ps -o user= -p "$(prop MainPID)" 2>/dev/null || prop User)" pbx
+	if sip_ok; then
+		check "pbx answers OPTIONS on 127.0.0.1:5060: $(cat "$work/sipping.log")" true
+	else
+		check "pbx answers OPTIONS on 127.0.0.1:5060" false
+		sed 's/^/        /' "$work/sipping.log"
+		in_booted journalctl -u pbx --no-pager -n 20 -o cat | sed 's/^/        journal: /'
+	fi
+
+	# The journal stores each line at its priority, without the <N> prefix.
+	in_booted journalctl -u pbx --no-pager -o cat _PID="$(prop MainPID)" >"$work/journal.log" 2>&1 || true
+	check "journal has the daemon's JSON lines" grep -q '^{' "$work/journal.log"
+	check "no <N> prefix left in the journal" lacks '^<[0-7]>' "$work/journal.log"
+	in_booted journalctl -u pbx --no-pager -o cat -p info..info _PID="$(prop MainPID)" >"$work/journal-info.log" 2>&1 || true
+	check "INFO lines stored at priority 6 (info)" grep -q '"level":"INFO"' "$work/journal-info.log"
+	in_booted journalctl -u pbx --no-pager -o cat -p err >"$work/journal-err.log" 2>&1 || true
+	check "no INFO line stored as an error" lacks '"level":"INFO"' "$work/journal-err.log"
+
+	# Reload: validated first, then SIGHUP; a rejected configuration fails visibly
+	# and leaves the daemon running.
+	pid=$(prop MainPID)
+	in_booted systemctl reload pbx.service >"$work/reload.log" 2>&1 && rc=0 || rc=$?
+	check "systemctl reload pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "reload kept the same process" is "$(prop MainPID)" "$pid"
+	printf 'configVersion: pbx/v1\nkind: System\nspec: {sip: {bogusKey: 1}}\n' >"$root/etc/pbx/zz-broken.yaml"
+	in_booted systemctl reload pbx.service >"$work/reload.log" 2>&1 && rc=0 || rc=$?
+	check "systemctl reload pbx fails on a rejected configuration (exit $rc)" [ "$rc" -ne 0 ]
+	check "pbx still active after the failed reload" is "$(in_booted systemctl is-active pbx.service)" active
+	check "same process after the failed reload" is "$(prop MainPID)" "$pid"
+	rm -f "$root/etc/pbx/zz-broken.yaml"
+
+	# Watchdog: with a short WatchdogSec the daemon must keep feeding it.
+	# (/run in the container is its own tmpfs: the drop-in goes to /etc.)
+	mkdir -p "$root/etc/systemd/system/pbx.service.d"
+	printf '[Service]\nWatchdogSec=2s\n' >"$root/etc/systemd/system/pbx.service.d/watchdog.conf"
+	in_booted systemctl daemon-reload
+	in_booted systemctl restart pbx.service || true
+	pid=$(prop MainPID)
+	sleep 5
+	check "watchdog fed: same process 5s into WatchdogSec=2s" is "$(prop MainPID)" "$pid"
+	check "watchdog fed: no restart" is "$(prop NRestarts)" 0
+	check "the short WatchdogSec was in effect" is "$(prop WatchdogUSec)" 2s
+	rm -rf "$root/etc/systemd/system/pbx.service.d"
+	in_booted systemctl daemon-reload
+	in_booted systemctl restart pbx.service || true
+	wait_for 10 sip_ok || true
+
+	# Upgrade while running: never restarted, the admin is told how.
+	printf '# Edited by the admin on %s.\n' "$(date -u +%FT%TZ)" >>"$root/etc/pbx/pbx.yaml"
+	edited=$(sha256sum <"$root/etc/pbx/pbx.yaml")
+	pid=$(prop MainPID)
+	in_booted timeout 120 dpkg -i /var/cache/pbx-new.deb >"$work/upgrade.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -i $new_version while pbx runs (exit $rc)" [ "$rc" -eq 0 ]
+	sed -n 's/^/        /; /pbx: /p' "$work/upgrade.log"
+	check "upgrade did not restart pbx" is "$(prop MainPID)" "$pid"
+	check "upgrade tells the admin to run systemctl restart pbx" grep -q "systemctl restart pbx" "$work/upgrade.log"
+	check "admin's /etc/pbx/pbx.yaml kept byte for byte" is "$(sha256sum <"$root/etc/pbx/pbx.yaml")" "$edited"
+	in_booted systemctl restart pbx.service && rc=0 || rc=$?
+	check "systemctl restart pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "restart started a new process" differ "$(prop MainPID)" "$pid"
+	check "the new version answers OPTIONS" sip_ok
+
+	# Stop drains at once with no calls in progress, and exits cleanly.
+	start=$(date +%s)
+	in_booted systemctl stop pbx.service || true
+	check "systemctl stop pbx within 10s" [ $(($(date +%s) - start)) -le 10 ]
+	check "clean exit on SIGTERM (Result=success)" is "$(prop Result)" success
+
+	# Remove and purge.
+	in_booted systemctl start pbx.service || true
+	in_booted dpkg -r pbx >"$work/remove.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -r pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "pbx stopped by removal" is "$(in_booted systemctl is-active pbx.service || true)" inactive
+	check "/etc/pbx/pbx.yaml kept" [ -f "$root/etc/pbx/pbx.yaml" ]
+	in_booted dpkg -P pbx >"$work/purge.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -P pbx (exit $rc)" [ "$rc" -eq 0 ]
+	check "/etc/pbx deleted" [ ! -e "$root/etc/pbx" ]
+
+	# First install over a configuration pbxctl rejects: enabled, not started,
+	# and the install itself succeeds.
+	mkdir -p "$root/etc/pbx"
+	printf 'configVersion: pbx/v1\nkind: System\nspec: {sip: {bogusKey: 1}}\n' >"$root/etc/pbx/site.yaml"
+	in_booted timeout 300 dpkg -i /var/cache/pbx-old.deb >"$work/install-bad.log" 2>&1 && rc=0 || rc=$?
+	check "dpkg -i over a broken configuration succeeds (exit $rc)" [ "$rc" -eq 0 ]
+	sed -n 's/^/        /; /pbx: /p' "$work/install-bad.log"
+	check "the broken configuration is reported" grep -q "bogusKey" "$work/install-bad.log"
+	check "pbx enabled but not started" is "$(in_booted systemctl is-enabled pbx.service) $(in_booted systemctl is-active pbx.service || true)" "enabled inactive"
+	check "no pbx.yaml added beside the admin's documents" [ ! -e "$root/etc/pbx/pbx.yaml" ]
+	in_booted dpkg -P pbx >/dev/null 2>&1 || true
+
+	stop_container
+}
+
 for name in $roots; do
 	case "$name" in
-	systemd) make_root systemd systemd ;;
-	plain) make_root plain "" ;;
-	*) die "unknown root '$name' in PBX_TEST_ROOTS (systemd, plain)" ;;
+	systemd) make_root systemd systemd systemd && test_root systemd ;;
+	plain) make_root plain plain "" && test_root plain ;;
+	booted) make_root booted systemd systemd && test_booted ;;
+	*) die "unknown root '$name' in PBX_TEST_ROOTS (systemd, plain, booted)" ;;
 	esac
-	test_root "$name"
 	if grep -q " $work/$name/" /proc/self/mounts; then
 		die "mounts remain under $work/$name"
 	fi
