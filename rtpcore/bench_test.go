@@ -450,8 +450,5 @@ func TestConcurrentCallsSmall(t *testing.T) {
 	if res.lossPct() > 1 {
 		t.Errorf("loss %.2f%% (%d of %d)", res.lossPct(), res.sent-res.recvd, res.sent)
 	}
-	if res.heapPerCall <= 0 {
-		t.Errorf("heap per call %v", res.heapPerCall)
-	}
 	t.Logf("sent %d received %d jitter p99 %v heap/call %.0f", res.sent, res.recvd, res.jitterP99, res.heapPerCall)
 }
