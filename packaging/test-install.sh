@@ -406,7 +406,12 @@ booted_up() {
 	state=$(in_booted systemctl is-system-running 2>/dev/null || true)
 	[ "$state" = running ] || [ "$state" = degraded ]
 }
-sip_ok() { in_netns "$work/sipping" -timeout 10s 127.0.0.1:5060 >"$work/sipping.log" 2>&1; }
+# sip_ok PORT: the daemon in the container answers OPTIONS.
+sip_ok() { in_netns "$work/sipping" -timeout 10s "127.0.0.1:$1" >"$work/sipping.log" 2>&1; }
+# low_port_dropin: the drop-in the unit's header documents for ports below 1024.
+low_port_dropin() {
+	sed -n '/^#   \[Service\]/,/^#   PrivateUsers=no/s/^#   //p' "$root/usr/lib/systemd/system/pbx.service"
+}
 
 boot_container() {
 	if ! command -v systemd-nspawn >/dev/null 2>&1; then
@@ -460,7 +465,7 @@ test_booted() {
 	check "pbx.service active after install (Type=notify: READY=1 arrived)" \
 		is "$(in_booted systemctl is-active pbx.service)" active
 	check "runs as pbx" is "$(in_booted ps -o user= -p "$(prop MainPID)" 2>/dev/null || prop User)" pbx
-	if sip_ok; then
+	if sip_ok 5060; then
 		check "pbx answers OPTIONS on 127.0.0.1:5060: $(cat "$work/sipping.log")" true
 	else
 		check "pbx answers OPTIONS on 127.0.0.1:5060" false
@@ -504,7 +509,7 @@ test_booted() {
 	rm -rf "$root/etc/systemd/system/pbx.service.d"
 	in_booted systemctl daemon-reload
 	in_booted systemctl restart pbx.service || true
-	wait_for 10 sip_ok || true
+	wait_for 10 sip_ok 5060 || true
 
 	# Upgrade while running: never restarted, the admin is told how.
 	printf '# Edited by the admin on %s.\n' "$(date -u +%FT%TZ)" >>"$root/etc/pbx/pbx.yaml"
@@ -519,7 +524,26 @@ test_booted() {
 	in_booted systemctl restart pbx.service && rc=0 || rc=$?
 	check "systemctl restart pbx (exit $rc)" [ "$rc" -eq 0 ]
 	check "restart started a new process" differ "$(prop MainPID)" "$pid"
-	check "the new version answers OPTIONS" sip_ok
+	check "the new version answers OPTIONS" sip_ok 5060
+
+	# A port below 1024: refused by the hardened unit, served with the drop-in its
+	# header documents.
+	cp "$root/etc/pbx/pbx.yaml" "$work/pbx.yaml.saved"
+	set_sip_port "$root/etc/pbx/pbx.yaml" 506
+	in_booted systemctl restart pbx.service >/dev/null 2>&1 && rc=0 || rc=$?
+	check "port 506 without the drop-in: start refused (exit $rc)" [ "$rc" -ne 0 ]
+	mkdir -p "$root/etc/systemd/system/pbx.service.d"
+	low_port_dropin >"$root/etc/systemd/system/pbx.service.d/low-port.conf"
+	check "the unit documents the low-port drop-in" grep -q '^AmbientCapabilities=CAP_NET_BIND_SERVICE$' \
+		"$root/etc/systemd/system/pbx.service.d/low-port.conf"
+	in_booted systemctl daemon-reload
+	in_booted systemctl restart pbx.service && rc=0 || rc=$?
+	check "port 506 with the documented drop-in: started (exit $rc)" [ "$rc" -eq 0 ]
+	check "port 506 with the documented drop-in: answers OPTIONS" sip_ok 506
+	rm -rf "$root/etc/systemd/system/pbx.service.d"
+	cat "$work/pbx.yaml.saved" >"$root/etc/pbx/pbx.yaml"
+	in_booted systemctl daemon-reload
+	in_booted systemctl restart pbx.service || true
 
 	# Stop drains at once with no calls in progress, and exits cleanly.
 	start=$(date +%s)
