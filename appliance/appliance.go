@@ -24,6 +24,7 @@ import (
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
+	"pbx/web"
 )
 
 // Options adjust how the appliance runs.
@@ -53,6 +54,7 @@ type Appliance struct {
 	reg    *registrar.Registrar
 	media  *rtpcore.Engine
 	calls  *b2bua.Manager
+	web    *web.Server
 	closed sync.Once
 }
 
@@ -154,6 +156,20 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}
+
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls}
+	backends := src.backends()
+	if a.cdr != nil {
+		backends.CallLog = a.cdr
+	}
+	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	if a.web.Enabled() {
+		if err := a.web.Listen(); err != nil {
+			return nil, fmt.Errorf("api: %w", err)
+		}
+	}
 	return a, nil
 }
 
@@ -188,6 +204,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	if a.cdr != nil {
 		g.Go(func() error { return a.cdr.Run(gctx) })
 	}
+	if a.web.Enabled() {
+		g.Go(func() error { return a.web.Run(gctx) })
+	}
 	_ = sdnotify.Ready()
 	_ = sdnotify.Status("serving")
 	<-gctx.Done()
@@ -219,8 +238,17 @@ func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 func (a *Appliance) Reload() (*config.Report, error) {
 	_ = sdnotify.Reloading()
 	defer sdnotify.Ready()
-	_, rep, err := config.Load(a.opts.ConfigDir, config.Options{Getenv: a.opts.Getenv})
+	cfg, rep, err := config.Load(a.opts.ConfigDir, config.Options{Getenv: a.opts.Getenv})
 	if err != nil {
+		return nil, err
+	}
+	if !rep.OK() {
+		return rep, nil
+	}
+	if !cfg.System.API.Enabled || !a.web.Enabled() {
+		return rep, nil
+	}
+	if err := a.web.SetCredentials(cfg.System.API.Tokens); err != nil {
 		return nil, err
 	}
 	return rep, nil

@@ -33,7 +33,16 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 // recordOf builds the call record from a call snapshot. The record id is the call id,
 // so the in-flight marker and the committed record are the same file name.
 func recordOf(c *b2bua.CallInfo) *cdr.Record {
-	rec := cdr.NewRecord(c.Tenant, cdr.Direction(c.Direction), c.Start)
+	dir := c.Direction
+	if dir == "" {
+		// A call refused before routing decided: a trunk's call was inbound,
+		// a phone's internal until outbound routing says otherwise.
+		dir = b2bua.DirectionInternal
+		if c.Caller.Kind == b2bua.KindTrunk {
+			dir = b2bua.DirectionInbound
+		}
+	}
+	rec := cdr.NewRecord(c.Tenant, cdr.Direction(dir), c.Start)
 	rec.ID = cdr.ID(c.ID)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID

@@ -123,6 +123,6 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // also keeps API polling under the token's rate limit
 	}
 }

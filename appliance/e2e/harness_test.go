@@ -230,7 +230,12 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 	}
 	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{})}
 	p.start()
-	t.Cleanup(func() { p.stop() })
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("pbx log (last lines, debug omitted):\n%s", tail(withoutDebug(p.log.String()), 60))
+		}
+	})
 	return p
 }
 
@@ -293,6 +298,16 @@ func (p *pbxProc) waitLog(substr string, d time.Duration) {
 		}
 	}
 	p.t.Fatalf("pbx did not log %q within %s; log:\n%s", substr, d, tail(p.log.String(), 40))
+}
+
+func withoutDebug(s string) string {
+	var keep []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "level=DEBUG") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
 }
 
 func tail(s string, n int) string {

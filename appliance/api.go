@@ -1,0 +1,167 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"pbx/appliance/buildinfo"
+	"pbx/appliance/config"
+	"pbx/appliance/tenant"
+	"pbx/sipcore/b2bua"
+	"pbx/sipcore/registrar"
+	"pbx/web/api"
+)
+
+// apiSources adapts the running parts to the interfaces the management API reads.
+type apiSources struct {
+	started time.Time
+	cfg     *config.Config
+	dir     *tenant.Directory
+	reg     *registrar.Registrar
+	calls   *b2bua.Manager
+}
+
+func (s *apiSources) backends() api.Backends {
+	return api.Backends{
+		Status:        s,
+		Tenants:       s,
+		Trunks:        trunkSource{s},
+		Registrations: registrationSource{s},
+		Calls:         callSource{s},
+	}
+}
+
+func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
+	snap := api.StatusSnapshot{Version: buildinfo.Version, StartedAt: s.started, Tenants: map[string]api.Counts{}}
+	for _, t := range s.dir.Tenants() {
+		snap.Tenants[string(t.ID)] = api.Counts{}
+	}
+	count := func(tn string, f func(*api.Counts)) {
+		if _, ok := snap.Tenants[tn]; !ok {
+			f(&snap.Shared)
+			return
+		}
+		c := snap.Tenants[tn]
+		f(&c)
+		snap.Tenants[tn] = c
+	}
+	for _, c := range s.calls.Calls() {
+		count(c.Tenant, func(n *api.Counts) { n.CallsActive++ })
+	}
+	for _, b := range s.reg.List() {
+		count(b.Tenant, func(n *api.Counts) { n.Registrations++ })
+	}
+	for _, t := range s.cfg.Trunks {
+		// Carrier registration arrives with the trunk component; until then a
+		// trunk without registration counts as up.
+		count(t.Tenant, func(n *api.Counts) {
+			if t.Registration.Enabled {
+				n.TrunksDown++
+			} else {
+				n.TrunksUp++
+			}
+		})
+	}
+	return snap, nil
+}
+
+func (s *apiSources) Tenants(ctx context.Context) ([]api.Tenant, error) {
+	var out []api.Tenant
+	for _, t := range s.dir.Tenants() {
+		exts := make([]string, 0, len(t.Extensions))
+		for e := range t.Extensions {
+			exts = append(exts, e)
+		}
+		sort.Strings(exts)
+		dids := append([]string{}, t.DIDs...)
+		sort.Strings(dids)
+		out = append(out, api.Tenant{Name: string(t.ID), Domain: t.Domain, Accounts: len(t.Accounts), Extensions: exts, DIDs: dids})
+	}
+	return out, nil
+}
+
+type trunkSource struct{ s *apiSources }
+
+func (t trunkSource) Trunks(ctx context.Context) ([]api.Trunk, error) {
+	out := []api.Trunk{}
+	for _, tr := range t.s.cfg.Trunks {
+		state := "disabled"
+		if tr.Registration.Enabled {
+			state = "unregistered"
+		}
+		out = append(out, api.Trunk{
+			Name: tr.Name, Tenant: tr.Tenant, Host: tr.Host, Port: tr.Port, Transport: tr.Transport,
+			Registration: api.TrunkRegistration{Enabled: tr.Registration.Enabled, State: state},
+			Addresses:    append([]string{}, tr.Inbound.MatchIPs...),
+		})
+	}
+	return out, nil
+}
+
+func (t trunkSource) Refresh(ctx context.Context, name string) error {
+	for _, tr := range t.s.cfg.Trunks {
+		if tr.Name == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: trunk %s", api.ErrNotFound, name)
+}
+
+type registrationSource struct{ s *apiSources }
+
+func (r registrationSource) Registrations(ctx context.Context) ([]api.Registration, error) {
+	out := []api.Registration{}
+	for _, b := range r.s.reg.List() {
+		out = append(out, api.Registration{
+			Tenant: b.Tenant, Extension: b.Extension, Username: b.Username, Contact: b.Contact,
+			Source: b.Source.String(), Transport: b.Transport, UserAgent: b.UserAgent, ExpiresAt: b.Expires,
+		})
+	}
+	return out, nil
+}
+
+func (r registrationSource) Drop(ctx context.Context, tenant, extension string) error {
+	if r.s.reg.Drop(tenant, extension) == 0 {
+		return fmt.Errorf("%w: no registration of %s/%s", api.ErrNotFound, tenant, extension)
+	}
+	return nil
+}
+
+type callSource struct{ s *apiSources }
+
+func (c callSource) Calls(ctx context.Context) ([]api.Call, error) {
+	out := []api.Call{}
+	for _, ci := range c.s.calls.Calls() {
+		call := api.Call{
+			ID: string(ci.ID), Tenant: ci.Tenant, Direction: ci.Direction, From: ci.From, To: ci.To,
+			State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{},
+		}
+		if !ci.Answer.IsZero() {
+			a := ci.Answer
+			call.AnsweredAt = &a
+		}
+		for _, l := range ci.Legs {
+			state := "ringing"
+			switch {
+			case l.Won:
+				state = "answered"
+			case !l.End.IsZero():
+				state = "ended"
+			}
+			call.Legs = append(call.Legs, api.CallLeg{Target: l.Target, Kind: l.Kind, State: state})
+		}
+		out = append(out, call)
+	}
+	return out, nil
+}
+
+func (c callSource) Hangup(ctx context.Context, id string) error {
+	err := c.s.calls.Hangup(b2bua.CallID(id))
+	if errors.Is(err, b2bua.ErrNoSuchCall) {
+		return fmt.Errorf("%w: call %s", api.ErrNotFound, id)
+	}
+	return err
+}
