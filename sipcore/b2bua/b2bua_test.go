@@ -86,6 +86,8 @@ type envOpts struct {
 	ringTimeout  time.Duration
 	mediaTimeout time.Duration
 	identify     b2bua.IdentifyFunc
+	// route replaces the default router (extension -> its contacts).
+	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -125,6 +127,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 		ring = 10 * time.Second
 	}
 	router := b2bua.RouterFunc(func(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
+		if o.route != nil {
+			return o.route(in, reg, srv)
+		}
 		ext := in.RequestURI.User
 		if _, ok := dir.AccountByExtension(in.Caller.Tenant, ext); !ok {
 			return b2bua.Decision{Reject: &b2bua.Rejection{Status: 404, Cause: b2bua.CauseNoRoute}}
@@ -720,5 +725,79 @@ func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
 	ev := e.rec.ended(t)
 	if ev.Call.Cause != b2bua.CauseNoAnswer || len(ev.Call.Legs) != 2 {
 		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+func TestInfoRelayedBothWays(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("tcp", "bob", "bob-pw")
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, in.Answered(), "answered")
+	for _, c := range []struct {
+		from, to *siptest.Call
+		body     string
+	}{{call, in, "Signal=5\r\nDuration=160\r\n"}, {in, call, "Signal=#\r\nDuration=100\r\n"}} {
+		status, err := c.from.SendInfo(ctxT(t), "application/dtmf-relay", []byte(c.body))
+		if err != nil || status != 200 {
+			t.Fatalf("info: %d %v", status, err)
+		}
+		select {
+		case got := <-c.to.Infos():
+			if string(got) != c.body {
+				t.Fatalf("relayed %q, want %q", got, c.body)
+			}
+		case <-time.After(wait):
+			t.Fatal("info not relayed")
+		}
+	}
+	if err := in.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, call.Ended(), "caller BYE")
+}
+
+// A sequential ring group: 102 rings alone for a second, then 103.
+func TestSequentialLegs(t *testing.T) {
+	e := newEnv(t, envOpts{route: func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision {
+		first := b2bua.LegsFor(reg.Lookup(tenant, "102"), srv.ConnectionOpen, "102", "102")
+		second := b2bua.LegsFor(reg.Lookup(tenant, "103"), srv.ConnectionOpen, "103", "103")
+		for i := range first {
+			first[i].Timeout = time.Second
+		}
+		for i := range second {
+			second[i].Delay = time.Second
+		}
+		return b2bua.Decision{Target: &b2bua.Target{
+			Legs: append(first, second...), RingTimeout: 10 * time.Second,
+			CallerID: b2bua.Identity{User: in.Caller.Extension},
+			Meta:     b2bua.Meta{Tenant: tenant, Direction: b2bua.DirectionInternal, Extension: "600", Domain: domain},
+		}}
+	}})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	call := alice.Dial(ctxT(t), "600")
+	inBob := bob.WaitIncoming(wait)
+	waitCh(t, inBob.Cancelled(), "first member given up")
+	inCarol := carol.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, inCarol.Answered(), "second member answered")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.rec.ended(t)
+	if ev.Call.AnsweredBy != "103" || len(ev.Call.Legs) != 2 || ev.Call.Legs[0].Cause != b2bua.CauseNoAnswer {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+	if gap := ev.Call.Legs[1].Start.Sub(ev.Call.Legs[0].Start); gap < time.Second {
+		t.Fatalf("second member started %s after the first, want its 1s delay", gap)
 	}
 }

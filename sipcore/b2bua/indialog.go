@@ -53,8 +53,16 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 		return
 	}
-	if _, ok := m.lookupDialog(req); !ok {
+	ref, ok := m.lookupDialog(req)
+	if !ok {
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if req.Method == sip.INFO && len(req.Body()) > 0 {
+		// DTMF (application/dtmf-relay) and the like: relay to the other
+		// side and pass its answer back.
+		status := ref.call.relayInfo(req, ref.leg == nil)
+		respond(tx, req, status, sipReason(status))
 		return
 	}
 	if req.Method == sip.UPDATE && len(req.Body()) > 0 {
@@ -226,4 +234,49 @@ func (c *Call) newInDialogInvite(uri sip.Uri, body []byte) *sip.Request {
 	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
 	req.SetBody(body)
 	return req
+}
+
+// relayInfo sends an INFO with req's body to the other side of an answered
+// call and returns the status to answer req with.
+func (c *Call) relayInfo(req *sip.Request, fromCaller bool) int {
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w == nil || w.dialog == nil {
+		return sip.StatusOK
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
+	defer cancel()
+	var uri sip.Uri
+	info := func() *sip.Request {
+		r := sip.NewRequest(sip.INFO, uri)
+		c.m.sip.DecorateRequest(r)
+		if ct := req.ContentType(); ct != nil {
+			r.AppendHeader(sip.NewHeader("Content-Type", ct.Value()))
+		}
+		r.SetBody(req.Body())
+		return r
+	}
+	var res *sip.Response
+	var err error
+	if fromCaller {
+		d := w.dialog
+		uri = d.InviteRequest.Recipient
+		if ct := d.InviteResponse.Contact(); ct != nil {
+			uri = ct.Address
+		}
+		r := info()
+		if w.target.Destination.IsValid() {
+			r.SetDestination(w.target.Destination.String())
+		}
+		res, err = d.Do(ctx, r)
+	} else {
+		uri = c.caller.InviteRequest.Contact().Address
+		res, err = c.caller.Do(ctx, info())
+	}
+	if err != nil {
+		c.log.Debug("info not relayed", "err", err)
+		return sip.StatusRequestTimeout
+	}
+	return res.StatusCode
 }

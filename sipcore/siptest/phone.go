@@ -144,6 +144,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnInvite(p.onInvite)
 	p.srv.OnAck(p.onAck)
 	p.srv.OnBye(p.onBye)
+	p.srv.OnInfo(p.onInfo)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 	})
@@ -345,6 +346,19 @@ func (p *Phone) onBye(req *sip.Request, tx sip.ServerTransaction) {
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 	}
 	c.markEnded(true)
+}
+
+func (p *Phone) onInfo(req *sip.Request, tx sip.ServerTransaction) {
+	c := p.findCall(req)
+	if c == nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+		return
+	}
+	select {
+	case c.infos <- append([]byte(nil), req.Body()...):
+	default:
+	}
+	_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 }
 
 func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
@@ -559,6 +573,7 @@ type Call struct {
 	ended     chan struct{}
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
+	infos     chan []byte
 
 	early                                              chan struct{}
 	ringOnce, endOnce, cancelOnce, doneOnce, earlyOnce sync.Once
@@ -567,7 +582,7 @@ type Call struct {
 
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{})}
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8)}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -668,6 +683,35 @@ func (c *Call) Done() <-chan struct{} { return c.done }
 
 // ReInvites delivers the SDP offers of re-INVITEs the phone received.
 func (c *Call) ReInvites() <-chan *SDP { return c.reinvites }
+
+// Infos delivers the bodies of INFO requests the phone received.
+func (c *Call) Infos() <-chan []byte { return c.infos }
+
+// SendInfo sends an INFO with body and content type inside the dialog and
+// returns the final status.
+func (c *Call) SendInfo(ctx context.Context, contentType string, body []byte) (int, error) {
+	var uri sip.Uri
+	if c.dc != nil {
+		uri = c.dc.InviteResponse.Contact().Address
+	} else {
+		uri = c.ds.InviteRequest.Contact().Address
+	}
+	req := sip.NewRequest(sip.INFO, uri)
+	req.SetDestination(c.p.opts.PBX.String())
+	req.AppendHeader(sip.NewHeader("Content-Type", contentType))
+	req.SetBody(body)
+	var res *sip.Response
+	var err error
+	if c.dc != nil {
+		res, err = c.dc.Do(ctx, req)
+	} else {
+		res, err = c.ds.Do(ctx, req)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return res.StatusCode, nil
+}
 
 // Final returns the final status and error of an outgoing call (after Done)
 // or the status an incoming call was answered with.
