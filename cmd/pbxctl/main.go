@@ -45,6 +45,8 @@ repairs or re-indexes call records while the daemon is stopped.`,
 		newTokenCmd(),
 		newVersionCmd(),
 		newManCmd(),
+		newReindexCmd(),
+		newRepairCmd(),
 	)
 	return root
 }
