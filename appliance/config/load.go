@@ -218,7 +218,7 @@ func (l *loader) document(rel string, n *yaml.Node) {
 	target := l.newDocument(meta)
 	if !target.IsValid() {
 		if kind == "" {
-			l.add(meta, "", "doc.kind", "kind is missing; one of "+strings.Join(allKinds, ", "))
+			l.add(meta, "", "doc.kind", "kind is missing; write one of "+strings.Join(allKinds, ", "))
 		} else {
 			l.add(meta, "kind", "doc.kind", fmt.Sprintf("unknown kind %q%s", kind, suggest(kind, allKinds)))
 		}
