@@ -1,6 +1,8 @@
 package config
 
 import (
+	"encoding/json"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -33,5 +35,40 @@ func TestProblemOneLine(t *testing.T) {
 	}
 	if lines := strings.Count(b.String(), "\n"); lines != len(rep.Problems) || lines != 2 {
 		t.Errorf("%d problems in %d lines:\n%s", len(rep.Problems), lines, b.String())
+	}
+}
+
+// TestWriteJSON: the JSON report has the fields DESIGN 5.2 names, lists are never
+// null, and the rule id stays internal.
+func TestWriteJSON(t *testing.T) {
+	for _, dir := range []string{"testdata/good/minimal", "testdata/bad/sip.tlsCertificate"} {
+		_, rep := loadDir(t, dir)
+		var b strings.Builder
+		if err := rep.WriteJSON(&b); err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Problems []map[string]any `json:"problems"`
+			Warnings []map[string]any `json:"warnings"`
+		}
+		if err := json.Unmarshal([]byte(b.String()), &got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Problems == nil || got.Warnings == nil {
+			t.Errorf("%s: null list in %s", dir, b.String())
+		}
+		if len(got.Problems) != len(rep.Problems) || len(got.Warnings) != len(rep.Warnings) {
+			t.Errorf("%s: counts differ: %s", dir, b.String())
+		}
+		for _, p := range append(got.Problems, got.Warnings...) {
+			var keys []string
+			for k := range p {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			if strings.Join(keys, ",") != "file,kind,line,message,name,path" {
+				t.Errorf("%s: keys %v", dir, keys)
+			}
+		}
 	}
 }
