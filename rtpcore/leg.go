@@ -31,16 +31,15 @@ type Leg struct {
 	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown
 
 	// Outbound counters are written by the peer's reader and by injections.
-	pktsOut     atomic.Uint64
-	bytesOut    atomic.Uint64
-	replaced    atomic.Uint64 // relayed packets dropped while an injection was active
-	injected    atomic.Uint64
-	unsent      atomic.Uint64 // packets for this leg with no address to go to
-	sendErrors  atomic.Uint64
-	lastErrLogA atomic.Int64
+	pktsOut        atomic.Uint64
+	bytesOut       atomic.Uint64
+	replaced       atomic.Uint64 // relayed packets dropped while an injection was active
+	injected       atomic.Uint64
+	unsent         atomic.Uint64 // packets for this leg with no address to go to
+	sendErrors     atomic.Uint64
+	lastSendErrLog atomic.Int64
 
-	// mu guards the receive-side state below; the reader goroutine is its
-	// only writer.
+	// mu guards the latching and receive-side state below.
 	mu         sync.Mutex
 	sdpRemote  netip.AddrPort
 	latched    bool
@@ -166,38 +165,6 @@ func (l *Leg) SetRemote(ap netip.AddrPort) {
 	}
 }
 
-// SetRTCPRemote sets the far end's RTCP address from an a=rtcp attribute;
-// without it, SetRemote's port+1 is used. Call it after SetRemote.
-func (l *Leg) SetRTCPRemote(ap netip.AddrPort) {
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.rtcpExplicit {
-		if t := l.rtcpTarget.Load(); t != nil && *t == ap {
-			return
-		}
-	}
-	l.rtcpExplicit = true
-	l.rtcpLatched = false
-	if !ap.IsValid() || ap.Port() == 0 || ap.Addr().IsUnspecified() {
-		l.rtcpTarget.Store(nil)
-		return
-	}
-	l.rtcpTarget.Store(&ap)
-}
-
-// RTCPRemote is where RTCP for the far end is sent now; invalid when
-// unknown or when the engine relays no RTCP.
-func (l *Leg) RTCPRemote() netip.AddrPort {
-	if l.rtcp == nil {
-		return netip.AddrPort{}
-	}
-	if t := l.rtcpTarget.Load(); t != nil {
-		return *t
-	}
-	return netip.AddrPort{}
-}
-
 // Remote is where packets for the far end are sent now: the latched
 // source address, else the SDP address. It is invalid when unknown.
 func (l *Leg) Remote() netip.AddrPort {
@@ -221,7 +188,8 @@ func (l *Leg) Peer() *Leg { return l.peer.Load() }
 // Bridge relays RTP both ways between a and b, which may belong to
 // different sessions of the same engine (a transfer). Each leg's previous
 // partner, if any, is unbridged first. Payloads, sequence numbers,
-// timestamps and SSRCs pass through unchanged.
+// timestamps and SSRCs pass through unchanged; only a telephone-event
+// payload type is mapped (see SetTelephoneEventPT).
 func Bridge(a, b *Leg) error {
 	if a == nil || b == nil || a == b || a.sess.e != b.sess.e {
 		return ErrForeignLeg
@@ -394,81 +362,6 @@ func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 	return false
 }
 
-// rtcpLoop is the RTCP socket's only reader.
-func (l *Leg) rtcpLoop() {
-	defer close(l.rtcpDone)
-	buf := make([]byte, maxPacket)
-	errs := 0
-	for {
-		n, src, err := l.rtcp.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
-				return
-			}
-			errs++
-			if errs > 10 {
-				time.Sleep(10 * time.Millisecond)
-			}
-			continue
-		}
-		errs = 0
-		l.handleRTCP(buf[:n], src)
-	}
-}
-
-// validRTCP checks the first header of a compound RTCP packet: version 2
-// and a packet type in the RTCP range (RFC 5761 section 4).
-func validRTCP(b []byte) bool {
-	return len(b) >= 8 && b[0]>>6 == 2 && b[1] >= 192 && b[1] <= 223
-}
-
-// handleRTCP relays one RTCP datagram, unchanged, to the peer's far end.
-// The RTCP source latches like RTP: the first packets win; later, a source
-// on the host the RTP is latched to takes over; others are dropped.
-func (l *Leg) handleRTCP(pkt []byte, src netip.AddrPort) {
-	if !validRTCP(pkt) {
-		l.rtcpStrays.Add(1)
-		return
-	}
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	l.mu.Lock()
-	ok := false
-	t := l.rtcpTarget.Load()
-	switch {
-	case t != nil && *t == src:
-		ok = true
-	case !l.rtcpLatched:
-		ok = true
-	default:
-		rt := l.target.Load()
-		ok = rt != nil && rt.Addr() == src.Addr()
-	}
-	if ok {
-		l.rtcpLatched = true
-		if t == nil || *t != src {
-			s := src
-			l.rtcpTarget.Store(&s)
-		}
-	}
-	l.mu.Unlock()
-	if !ok {
-		l.rtcpStrays.Add(1)
-		return
-	}
-	l.rtcpIn.Add(1)
-	peer := l.peer.Load()
-	if peer == nil || peer.rtcp == nil {
-		return
-	}
-	pt := peer.rtcpTarget.Load()
-	if pt == nil {
-		return
-	}
-	if _, err := peer.rtcp.WriteToUDPAddrPort(pkt, *pt); err == nil {
-		peer.rtcpOut.Add(1)
-	}
-}
-
 // send writes pkt to the far end and counts it.
 func (l *Leg) send(pkt []byte) bool {
 	t := l.target.Load()
@@ -479,7 +372,7 @@ func (l *Leg) send(pkt []byte) bool {
 	if _, err := l.conn.WriteToUDPAddrPort(pkt, *t); err != nil {
 		l.sendErrors.Add(1)
 		now := time.Now().Unix()
-		if last := l.lastErrLogA.Load(); now-last >= 10 && l.lastErrLogA.CompareAndSwap(last, now) {
+		if last := l.lastSendErrLog.Load(); now-last >= 10 && l.lastSendErrLog.CompareAndSwap(last, now) {
 			l.sess.log.Warn("rtp send", "leg", l.name, "remote", t.String(), "err", err)
 		}
 		return false
