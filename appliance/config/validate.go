@@ -892,7 +892,7 @@ func (v *validator) trunk(t *Trunk) {
 	if t.TransportID != "" {
 		if l, ok := v.listeners[t.TransportID]; !ok {
 			v.errf(m, "transportId", "trunk.transportId", "no listener has id %q%s", t.TransportID, suggest(t.TransportID, v.listenerIDs()))
-		} else if l.Transport != t.Transport && (l.Transport == "udp" || l.Transport == "tcp") {
+		} else if l.Transport != t.Transport && (t.Transport == "udp" || t.Transport == "tcp") {
 			v.errf(m, "transportId", "trunk.transportId", "listener %q is %s but the trunk's transport is %s", t.TransportID, l.Transport, t.Transport)
 		}
 	}
