@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,7 +147,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain},
 		}}
 	})
-	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify}, nil)
+	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +772,7 @@ func TestSequentialLegs(t *testing.T) {
 			first[i].Timeout = time.Second
 		}
 		for i := range second {
-			second[i].Delay = time.Second
+			second[i].Delay = 1500 * time.Millisecond
 		}
 		return b2bua.Decision{Target: &b2bua.Target{
 			Legs: append(first, second...), RingTimeout: 10 * time.Second,
@@ -800,4 +802,16 @@ func TestSequentialLegs(t *testing.T) {
 	if gap := ev.Call.Legs[1].Start.Sub(ev.Call.Legs[0].Start); gap < time.Second {
 		t.Fatalf("second member started %s after the first, want its 1s delay", gap)
 	}
+}
+
+type tlogWriter struct{ t *testing.T }
+
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// testLog logs warnings of the code under test into the test's output.
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -630,9 +630,19 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	c.log.Info("call answered", "by", w.target.Name)
 
 	if err := c.caller.RespondSDP(body); err != nil {
-		c.log.Warn("caller did not confirm the answer", "err", err)
+		c.mu.Lock()
+		byCaller := c.byeCaller
+		c.mu.Unlock()
+		reason := "no ack from caller"
+		if byCaller {
+			// The caller's BYE was handled before its ACK (sipgo handles
+			// each message on its own goroutine).
+			reason = "caller hung up"
+		} else {
+			c.log.Warn("caller did not confirm the answer", "err", err)
+		}
 		c.hangupWinner()
-		c.finish(CauseAnswered, sip.StatusOK, "no ack from caller")
+		c.finish(CauseAnswered, sip.StatusOK, reason)
 		return false
 	}
 	if c.m.opts.MediaTimeout > 0 {
