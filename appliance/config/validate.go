@@ -299,11 +299,11 @@ func (v *validator) system() {
 			v.errf(m, p+".srtp", "sip.srtp", "srtp must be off, sdes or dtls, not %q", l.SRTP)
 		}
 		if (l.Transport == "tls" || l.Transport == "wss" || l.SRTP == "dtls") && !hasCert {
-			what := "a " + l.Transport + " listener"
+			what, at := "a "+l.Transport+" listener", tp
 			if l.SRTP == "dtls" {
-				what = "srtp: dtls"
+				what, at = "srtp: dtls", p+".srtp"
 			}
-			v.errf(m, tp, "sip.tlsCertificate", "%s needs a certificate in sip.tls (certFile and keyFile)", what)
+			v.errf(m, at, "sip.tlsCertificate", "%s needs a certificate in sip.tls (certFile and keyFile)", what)
 		}
 		if l.Transport == "tls" || l.Transport == "wss" {
 			v.warnf(m, tp, "inert.tlsListener", "a %s listener validates but fails to bind at startup: only udp and tcp listeners work", l.Transport)
