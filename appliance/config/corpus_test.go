@@ -243,3 +243,39 @@ func TestTwentyProblems(t *testing.T) {
 		t.Errorf("problems are not sorted by file and line:\n%s", text)
 	}
 }
+
+// TestGoodWAVs: the music-on-hold and prompt files of the good configurations are
+// what the specification asks for, 8 kHz mono 16-bit PCM WAV, so the corpus stays
+// usable by the media code too.
+func TestGoodWAVs(t *testing.T) {
+	n := 0
+	err := filepath.WalkDir(filepath.Join("testdata", "good"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".wav" {
+			return err
+		}
+		n++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		le16 := func(i int) int { return int(b[i]) | int(b[i+1])<<8 }
+		le32 := func(i int) int { return le16(i) | le16(i+2)<<16 }
+		if len(b) < 44 || string(b[0:4]) != "RIFF" || string(b[8:12]) != "WAVE" || string(b[12:16]) != "fmt " {
+			t.Errorf("%s: not a RIFF WAVE file with a leading fmt chunk", p)
+			return nil
+		}
+		if format, channels, rate, bits := le16(20), le16(22), le32(24), le16(34); format != 1 || channels != 1 || rate != 8000 || bits != 16 {
+			t.Errorf("%s: format %d, %d channel(s), %d Hz, %d bits; want PCM (1), 1, 8000, 16", p, format, channels, rate, bits)
+		}
+		if string(b[36:40]) != "data" || le32(40) != len(b)-44 || le32(40) == 0 {
+			t.Errorf("%s: data chunk of %d bytes in a %d-byte file", p, le32(40), len(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 3 {
+		t.Errorf("found %d WAV files under testdata/good", n)
+	}
+}
