@@ -1,6 +1,9 @@
 package rtpcore
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"time"
+)
 
 // DefaultTelephoneEventPT is the payload type the PBX offers for
 // telephone-event/8000.
@@ -140,4 +143,28 @@ func DTMFPackets(digit rune, dur, step uint16) ([][]byte, error) {
 		out = append(out, DTMFEvent{Event: ev, Volume: 10, Duration: dur, End: true}.Append(nil))
 	}
 	return out, nil
+}
+
+// DTMFTap is a Tap that runs a DTMFDetector over the packets a leg
+// receives from its far end (direction In) and calls OnDigit for each
+// digit. OnDigit runs on the relay goroutine: it must be quick (hand the
+// digit to a buffered channel, for instance).
+type DTMFTap struct {
+	det     *DTMFDetector
+	onDigit func(digit rune, at time.Time)
+}
+
+// NewDTMFTap returns a DTMFTap for telephone events with payload type pt.
+func NewDTMFTap(pt uint8, onDigit func(digit rune, at time.Time)) *DTMFTap {
+	return &DTMFTap{det: NewDTMFDetector(pt), onDigit: onDigit}
+}
+
+// TapRTP feeds received packets to the detector.
+func (t *DTMFTap) TapRTP(p *Packet) {
+	if p.Dir != In {
+		return
+	}
+	if d, ok := t.det.Feed(&p.Header, p.Payload()); ok && t.onDigit != nil {
+		t.onDigit(d, p.At)
+	}
 }

@@ -842,3 +842,36 @@ func TestTelephoneEventPTMapped(t *testing.T) {
 		t.Errorf("PTs %d %d", la.TelephoneEventPT(), lb.TelephoneEventPT())
 	}
 }
+
+func TestDTMFTapOnLeg(t *testing.T) {
+	e := newEngine(t, Options{})
+	_, la, _, pa, pb := bridgedPair(t, e)
+	digits := make(chan rune, 16)
+	la.AddTap(NewDTMFTap(101, func(d rune, at time.Time) {
+		if at.IsZero() {
+			t.Error("zero arrival time")
+		}
+		digits <- d
+	}))
+	pkts := dtmfStream(t, 101, pa.ssrc, "*97#", 4000)
+	for _, pkt := range pkts {
+		pa.sendTo(legTo(la), pkt)
+	}
+	for range pkts {
+		if got, _ := pb.recv(5 * time.Second); got == nil {
+			t.Fatal("DTMF packets not relayed")
+		}
+	}
+	var got []rune
+	for len(got) < 4 {
+		select {
+		case d := <-digits:
+			got = append(got, d)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("digits %q", string(got))
+		}
+	}
+	if string(got) != "*97#" || len(digits) != 0 {
+		t.Errorf("digits %q (+%d)", string(got), len(digits))
+	}
+}
