@@ -137,7 +137,7 @@ func (c *dayCache) view(path string, f *filter, load bool) (dayView, error) {
 			return dayView{}, err
 		}
 	default:
-		if err := c.full(st, fi); err != nil {
+		if err := c.full(st, fi, load); err != nil {
 			return dayView{}, err
 		}
 	}
@@ -148,8 +148,10 @@ func (c *dayCache) view(path string, f *filter, load bool) (dayView, error) {
 	return v, nil
 }
 
-// full reads the whole index file.
-func (c *dayCache) full(st *dayState, fi os.FileInfo) error {
+// full reads the whole index file. The parsed lines are kept only when
+// asked for, so a scan of summaries (a selective filter, Warm) does not push
+// the days in use out of the cache.
+func (c *dayCache) full(st *dayState, fi os.FileInfo, keep bool) error {
 	data, err := os.ReadFile(st.path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -182,7 +184,13 @@ func (c *dayCache) full(st *dayState, fi os.FileInfo) error {
 	st.fi = fi
 	st.seen = int64(len(data))
 	st.consumed = int64(consumed)
-	c.setEntries(st, es)
+	if keep {
+		c.setEntries(st, es)
+	} else {
+		c.mu.Lock()
+		c.dropEntriesLocked(st)
+		c.mu.Unlock()
+	}
 	return nil
 }
 

@@ -64,3 +64,31 @@ func FuzzCursor(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseLineFastSlow: the fast path and encoding/json agree on every
+// line the fast path accepts.
+func FuzzParseLineFastSlow(f *testing.F) {
+	e := call("a", time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), true, "+1555", "+1666").normalize()
+	en := e.Entry()
+	f.Add(en.AppendLine(nil))
+	f.Add([]byte(`{"id":"20261121T151230.123Z-k3j9q2ab","start":"2026-02-31T15:12:30.5Z","duration_ms":007}`))
+	f.Add([]byte(`{"id":"20261121T151230.123Z-k3j9q2ab","start":"2026-11-21T15:12:30Z","rec":true,"rec":false}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast, ferr := parseFast(line)
+		if ferr != nil {
+			return
+		}
+		slow, serr := parseSlow(line)
+		if serr != nil {
+			t.Fatalf("fast path accepted what encoding/json refuses (%v): %q", serr, line)
+		}
+		fast.Start, slow.Start = msUTC(fast.Start), msUTC(slow.Start)
+		if !fast.Start.Equal(slow.Start) {
+			t.Fatalf("start %v vs %v", fast.Start, slow.Start)
+		}
+		fast.Start, slow.Start = time.Time{}, time.Time{}
+		if fast != slow {
+			t.Fatalf("fast %+v\nslow %+v", fast, slow)
+		}
+	})
+}

@@ -1,7 +1,6 @@
 package cdr
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -45,32 +44,6 @@ func (e Entry) AppendLine(b []byte) []byte {
 	}
 	b = append(b, j...)
 	return append(b, '\n')
-}
-
-// ParseLine parses one index line (without or with its trailing newline).
-// It refuses lines that are not a single JSON object, whose id is invalid,
-// or whose start is missing or does not match the id's form.
-func ParseLine(line []byte) (Entry, error) {
-	line = bytes.TrimRight(line, "\r\n")
-	var e Entry
-	if len(line) == 0 || line[0] != '{' || line[len(line)-1] != '}' {
-		return e, fmt.Errorf("index line: not a JSON object")
-	}
-	if err := json.Unmarshal(line, &e); err != nil {
-		return Entry{}, fmt.Errorf("index line: %w", err)
-	}
-	if e.Tenant != "" {
-		return Entry{}, fmt.Errorf("index line: tenant field not expected")
-	}
-	if err := e.ID.Validate(); err != nil {
-		return Entry{}, fmt.Errorf("index line: %w", err)
-	}
-	if e.Start.IsZero() || e.Start.Year() < 1970 || e.Start.Year() > 9999 {
-		return Entry{}, fmt.Errorf("index line: start missing or out of range")
-	}
-	e.Start = msUTC(e.Start)
-	e.startMS = e.Start.UnixMilli()
-	return e, nil
 }
 
 // before reports whether e sorts after (is older than) the position

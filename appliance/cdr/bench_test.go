@@ -1,0 +1,293 @@
+package cdr
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The listing benchmarks run over a year of history: 1,000,000 calls over
+// 365 days (about 2,740 a day) of one tenant. Listing reads only index
+// files, so the data set is generated as index files directly, without the
+// record files (writing a million record files would take minutes and
+// gigabytes and would not change what List reads). Set
+// PBX_BENCH_LIST_RECORDS to change the size.
+//
+// A rare number, +19998887777, appears in 12 calls spread over the year;
+// +18885550000 in none.
+
+const (
+	benchDays       = 365
+	benchRareNumber = "9998887777"
+	benchNoNumber   = "8885550000"
+)
+
+var (
+	benchOnce sync.Once
+	benchDir  string
+	benchEnd  = time.Date(2026, 11, 21, 23, 0, 0, 0, time.UTC)
+	benchErr  error
+	benchGen  time.Duration
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchDir != "" {
+		os.RemoveAll(benchDir)
+	}
+	os.Exit(code)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func listBenchData(b *testing.B) string {
+	benchOnce.Do(func() {
+		t0 := time.Now()
+		benchDir, benchErr = os.MkdirTemp("", "cdr-bench-")
+		if benchErr != nil {
+			return
+		}
+		benchErr = genIndexes(benchDir, "acme", envInt("PBX_BENCH_LIST_RECORDS", 1_000_000))
+		benchGen = time.Since(t0)
+	})
+	if benchErr != nil {
+		b.Fatal(benchErr)
+	}
+	return benchDir
+}
+
+func benchEntry(rng *rand.Rand, i, n int) Entry {
+	// Spread evenly over benchDays, newest at benchEnd.
+	span := time.Duration(benchDays) * 24 * time.Hour
+	start := benchEnd.Add(-span + time.Duration(int64(span)/int64(n)*int64(i))).Truncate(time.Millisecond)
+	from := fmt.Sprintf("+1555%07d", rng.IntN(10_000_000))
+	if i%(n/12+1) == 7 {
+		from = "+1" + benchRareNumber
+	}
+	e := Entry{
+		ID:         NewID(start),
+		Start:      start,
+		Direction:  []Direction{Inbound, Outbound, Internal}[rng.IntN(3)],
+		From:       from,
+		To:         fmt.Sprintf("+1666%07d", rng.IntN(10_000_000)),
+		Trunk:      []string{"carrier-a", "carrier-b", ""}[rng.IntN(3)],
+		Extension:  strconv.Itoa(100 + rng.IntN(50)),
+		Answered:   rng.IntN(4) != 0,
+		DurationMS: int64(rng.IntN(600_000)),
+	}
+	e.DID = e.To
+	e.Cause = CauseNoAnswer
+	if e.Answered {
+		e.Cause = CauseAnswered
+	}
+	e.startMS = start.UnixMilli()
+	return e
+}
+
+// genIndexes writes n index lines for tenant, a day file at a time.
+func genIndexes(root, tenant string, n int) error {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var cur string
+	var buf []byte
+	flush := func() error {
+		if cur == "" {
+			return nil
+		}
+		if err := os.MkdirAll(cur, 0o750); err != nil {
+			return err
+		}
+		err := os.WriteFile(filepath.Join(cur, IndexFile), buf, 0o640)
+		buf = buf[:0]
+		return err
+	}
+	for i := range n {
+		e := benchEntry(rng, i, n)
+		dir := filepath.Join(root, tenant, cdrDir, dateOf(e.Start).path())
+		if dir != cur {
+			if err := flush(); err != nil {
+				return err
+			}
+			cur = dir
+		}
+		buf = e.AppendLine(buf)
+	}
+	return flush()
+}
+
+// benchList measures List for q: a cold pass (fresh store, nothing cached)
+// is reported as cold_ms, then b.N warm runs with their p99.
+func benchList(b *testing.B, q Query, pages int) {
+	dir := listBenchData(b)
+	s, err := New(Options{DataDir: dir, Location: func(string) *time.Location { return time.UTC }}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	// Position the cursor `pages` pages deep.
+	t0 := time.Now()
+	for range pages {
+		p, err := s.List(ctx, q)
+		if err != nil {
+			b.Fatal(err)
+		}
+		q.Cursor = p.NextCursor
+	}
+	p, err := s.List(ctx, q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cold := time.Since(t0)
+	if q.Number == benchRareNumber && len(p.Records) == 0 {
+		b.Fatal("rare number not found")
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t := time.Now()
+		if _, err := s.List(ctx, q); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99_ms")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(cold.Milliseconds()), "cold_ms")
+	b.ReportMetric(float64(len(p.Records)), "records")
+}
+
+func BenchmarkListFirstPage(b *testing.B) {
+	month := benchEnd.AddDate(0, -1, 0)
+	yes := true
+	for _, tc := range []struct {
+		name string
+		q    Query
+	}{
+		{"all", Query{}},
+		{"direction", Query{Direction: Outbound}},
+		{"answered_trunk", Query{Answered: &yes, Trunk: "carrier-b"}},
+		{"extension", Query{Extension: "142"}},
+		{"number_prefix", Query{Number: "+1555"}},
+		{"number_rare", Query{Number: benchRareNumber}},
+		{"number_absent", Query{Number: benchNoNumber}},
+		{"last_month", Query{From: &month}},
+	} {
+		b.Run(tc.name, func(b *testing.B) { benchList(b, tc.q, 0) })
+	}
+}
+
+// BenchmarkListPage measures page N of an unfiltered listing (100 a page):
+// the cost must not grow with N.
+func BenchmarkListPage(b *testing.B) {
+	for _, n := range []int{1, 10, 100, 1000, 5000} {
+		b.Run(fmt.Sprintf("page=%d", n), func(b *testing.B) { benchList(b, Query{}, n) })
+	}
+}
+
+// BenchmarkListWarmUp is the cost of summarising every day of a year
+// (Store.Warm, run once at startup).
+func BenchmarkListWarmUp(b *testing.B) {
+	dir := listBenchData(b)
+	b.ReportMetric(benchGen.Seconds(), "generate_s")
+	for range b.N {
+		s, _ := New(Options{DataDir: dir}, nil)
+		if err := s.Warm(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCommit measures committed records per second with fsync on the
+// disk under os.TempDir (TMPDIR), with 1 and 16 calls ending at once.
+func BenchmarkCommit(b *testing.B) {
+	for _, par := range []int{1, 16} {
+		b.Run(fmt.Sprintf("concurrent=%d", par), func(b *testing.B) {
+			s, err := New(Options{DataDir: b.TempDir(), Location: func(string) *time.Location { return time.UTC }}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			t0 := time.Now()
+			for range par {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						r := call("acme", start.Add(time.Duration(i)*time.Millisecond), i%2 == 0, "+15551230001", "+15559870002")
+						if err := s.Commit(r); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "commits/s")
+		})
+	}
+}
+
+// BenchmarkReindex rebuilds the indexes of PBX_BENCH_REINDEX_RECORDS record
+// files (default 20,000) spread over 365 days. Set it to 1000000 for the
+// full-size figure (about 4 GB of small files and several minutes to
+// generate).
+func BenchmarkReindex(b *testing.B) {
+	n := envInt("PBX_BENCH_REINDEX_RECORDS", 20_000)
+	dir := b.TempDir()
+	s, err := New(Options{DataDir: dir, Location: func(string) *time.Location { return time.UTC }}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	made := map[string]bool{}
+	for i := range n {
+		e := benchEntry(rng, i, n)
+		r := call("acme", e.Start, e.Answered, e.From, e.To)
+		r.ID = e.ID
+		nr := r.normalize()
+		data, _ := json.Marshal(&nr)
+		d := s.dayDir("acme", nr.Start)
+		if !made[d] {
+			os.MkdirAll(d, 0o750)
+			made[d] = true
+		}
+		if err := os.WriteFile(filepath.Join(d, string(nr.ID)+".json"), data, 0o640); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		for d := range made {
+			os.Remove(filepath.Join(d, IndexFile))
+		}
+		b.StartTimer()
+		res, err := s.Reindex(context.Background(), ReindexOptions{})
+		if err != nil || res.Records != n {
+			b.Fatalf("%+v %v", res, err)
+		}
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
