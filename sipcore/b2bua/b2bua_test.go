@@ -815,3 +815,24 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 func testLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+func TestLoopStopsAtMaxForwards(t *testing.T) {
+	e := newEnv(t, envOpts{identify: func(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
+		return b2bua.Caller{Kind: b2bua.KindTrunk, Tenant: tenant}, true, nil
+	}})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	// A contact that points back at the PBX itself.
+	req := bob.RegisterRequest(600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "102", Host: "127.0.0.1", Port: int(e.udp.Port())}})
+	if res, err := bob.SendAuth(ctxT(t), req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("register looping contact: %v %v", res, err)
+	}
+	req = bob.RegisterRequest(0) // drop the phone's own contact
+	if res, err := bob.SendAuth(ctxT(t), req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("unregister: %v %v", res, err)
+	}
+	if s := final(t, alice.Dial(ctxT(t), "102")); s != 483 {
+		t.Fatalf("looping call: %d, want 483", s)
+	}
+}

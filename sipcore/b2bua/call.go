@@ -45,6 +45,7 @@ type Call struct {
 	callerSDP  *sdp.Description // latest offer/answer from the caller
 	codecs     []sdp.Codec      // negotiated with the caller
 	mediaAddr  netip.Addr
+	hops       int // Max-Forwards for the legs
 
 	endCh    chan string // end requests (hangup, media timeout, remote BYE)
 	endOnce  sync.Once
@@ -203,8 +204,17 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		a := res.Account
 		caller = Caller{Kind: KindEndpoint, Tenant: a.Tenant, Username: a.Username, Extension: a.Extension, DisplayName: a.DisplayName}
 	}
-	if req.Contact() == nil {
-		respond(tx, req, sip.StatusBadRequest, "Missing Contact")
+	if req.Contact() == nil || req.From() == nil || req.To() == nil || req.CallID() == nil {
+		respond(tx, req, sip.StatusBadRequest, "Bad Request")
+		return
+	}
+	hops := 70
+	if mf := req.MaxForwards(); mf != nil {
+		hops = int(mf.Val())
+	}
+	if hops <= 1 {
+		// A loop (a contact pointing back at the PBX) ends here.
+		respond(tx, req, sip.StatusTooManyHops, "Too Many Hops")
 		return
 	}
 	transport := strings.ToLower(req.Transport())
@@ -223,7 +233,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 
 	now := time.Now()
 	c := &Call{
-		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req,
+		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req, hops: hops - 1,
 		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}),
 	}
 	from := req.From()
@@ -588,7 +598,8 @@ func bestFailure(finals []int) (int, string) {
 		}
 	}
 	s := finals[0]
-	if s < 400 || s > 699 {
+	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired {
+		// A callee's challenge is not the caller's to answer.
 		s = sip.StatusTemporarilyUnavailable
 	}
 	return s, CauseFailed

@@ -181,6 +181,8 @@ func (l *outLeg) buildInvite(target *Target) *sip.Request {
 	callID := sip.CallIDHeader(sip.GenerateTagN(24) + "@" + l.ep.Host)
 	req.AppendHeader(&callID)
 	req.AppendHeader(sip.HeaderClone(&l.ep.Contact))
+	mf := sip.MaxForwardsHeader(c.hops)
+	req.AppendHeader(&mf)
 	c.m.sip.DecorateRequest(req)
 	req.AppendHeader(sip.NewHeader("Allow", c.m.sip.Allow()))
 	for _, h := range lt.Headers {
