@@ -23,13 +23,30 @@
 // directions for MediaTimeout is ended with BYE to both sides (the timeout
 // is suspended while the call is on hold).
 //
-// Events: the Observer is called synchronously on the call's goroutine for
+// Events: the Observer is called synchronously, serialised per call, for
 // created, ringing, answered, leg-ended and ended. Implementations must be
 // quick. The answered event is delivered before the 200 is relayed to the
-// caller, so a call-record writer can put its crash marker down first.
+// caller, so a call-record writer can put its crash marker down first. The
+// ended event comes once every leg has settled, so it lists each leg's
+// outcome (a cancelled leg settles when its 487 arrives; a leg that never
+// answered anything for two seconds is dropped without waiting for one).
 //
-// Caveats: an INVITE without SDP (late offer) is answered 488; the PBX
-// always offers. Requests inside a dialog other than BYE, ACK and INVITE
-// are answered 200 without being relayed (INFO, OPTIONS, UPDATE without
-// SDP), UPDATE with SDP gets 488, and requests for unknown dialogs 481.
+// Loops: legs carry the caller's Max-Forwards minus one; an INVITE arriving
+// with Max-Forwards 1 or less is answered 483.
+//
+// In-dialog requests: BYE ends both sides, re-INVITE is relayed (491 while
+// another is pending), INFO with a body (DTMF relay) is relayed to the other
+// side and its status passed back, in-dialog OPTIONS and UPDATE without SDP
+// are answered 200, UPDATE with SDP 488, and requests for unknown dialogs
+// 481. A retransmitted 2xx whose INVITE transaction already ended is
+// ACKed again.
+//
+// Caveats: an INVITE without SDP (late offer) is answered 488, the PBX
+// always offers. A 2xx the PBX sends to a re-INVITE is not retransmitted
+// (UDP loss of it leaves the peer to re-send its re-INVITE). ACK and CANCEL
+// are built by sipgo and carry no User-Agent. Requests toward a leg whose
+// destination differs from its Contact (NAT, the registering TCP
+// connection) carry a Request-URI rewritten to that destination, as
+// Asterisk's rewrite_contact does, because sipgo sends CANCEL to the
+// Request-URI.
 package b2bua
