@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -874,4 +875,34 @@ func TestDTMFTapOnLeg(t *testing.T) {
 	if string(got) != "*97#" || len(digits) != 0 {
 		t.Errorf("digits %q (+%d)", string(got), len(digits))
 	}
+}
+
+func TestCloseLeaksNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e, err := New(Options{BindIP: loopback, Quarantine: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		s, err := e.NewSession(SessionOptions{MediaTimeout: time.Hour, OnTimeout: func(*Session, time.Duration) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := s.NewLeg("a")
+		b, _ := s.NewLeg("b")
+		s.Bridge(a, b)
+		inj, _ := b.Inject(PayloadPCMA)
+		_ = inj
+		if i%2 == 0 {
+			s.Close()
+		}
+	}
+	if st := e.Stats(); st.Sessions != 10 || st.PortsInUse != 20 {
+		t.Errorf("stats %+v", st)
+	}
+	e.Close()
+	if st := e.Stats(); st.Sessions != 0 || st.Legs != 0 || st.PortsInUse != 0 {
+		t.Errorf("after close %+v", st)
+	}
+	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
