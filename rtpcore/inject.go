@@ -197,12 +197,17 @@ func Play(ctx context.Context, inj *Injection, src Source, ptime time.Duration) 
 }
 
 // Play injects src toward the leg with payload type pt until src ends or
-// ctx is done, then ends the injection.
+// ctx is done, then ends the injection. A Player is paced by its frame
+// length; any other Source every DefaultPtime.
 func (l *Leg) Play(ctx context.Context, src Source, pt uint8) error {
 	inj, err := l.Inject(pt)
 	if err != nil {
 		return err
 	}
 	defer inj.Close()
-	return Play(ctx, inj, src, DefaultPtime)
+	ptime := DefaultPtime
+	if p, ok := src.(*Player); ok {
+		ptime = p.Ptime()
+	}
+	return Play(ctx, inj, src, ptime)
 }

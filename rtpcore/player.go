@@ -3,6 +3,7 @@ package rtpcore
 import (
 	"fmt"
 	"io"
+	"time"
 )
 
 // PlayerOptions configures a Player.
@@ -51,6 +52,11 @@ func OpenPlayer(path string, opts PlayerOptions) (*Player, error) {
 		return nil, err
 	}
 	return NewPlayer(pcm, opts)
+}
+
+// Ptime is the duration of one frame at 8 kHz.
+func (p *Player) Ptime() time.Duration {
+	return time.Duration(p.frame) * time.Second / DefaultClockRate
 }
 
 // PayloadType is the player's payload type.

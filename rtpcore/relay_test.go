@@ -622,6 +622,9 @@ func TestPlayerLoopAndCancel(t *testing.T) {
 	if _, err := NewPlayer(nil, PlayerOptions{PayloadType: 18}); err == nil {
 		t.Error("G.729 player accepted")
 	}
+	if p40, _ := NewPlayer(sine(10), PlayerOptions{PayloadType: PayloadPCMU, FrameSamples: 320}); p40.Ptime() != 40*time.Millisecond || pl.Ptime() != 20*time.Millisecond {
+		t.Errorf("ptime %v / %v", p40.Ptime(), pl.Ptime())
+	}
 
 	e := newEngine(t, Options{})
 	_, _, lb, _, _ := bridgedPair(t, e)
