@@ -110,6 +110,17 @@ done
 # -n leaves the time stamp out, so the same pages give the same package.
 gzip -9n "$PBX_STAGE"/man/man1/*.1
 
+# The unit that goes into the package passes verify and the exposure threshold,
+# and every man: page it names is among the pages just generated.
+if command -v systemd-analyze >/dev/null 2>&1; then
+	packaging/check-unit.sh bin "$PBX_STAGE/man" >"$PBX_STAGE/check-unit.log" 2>&1 || {
+		cat "$PBX_STAGE/check-unit.log" >&2
+		die "systemd/pbx.service fails packaging/check-unit.sh"
+	}
+else
+	echo "build-packages: systemd-analyze is missing, unit not checked (apt-get install systemd)" >&2
+fi
+
 # Reproducible time stamps: the last commit's time, unless the caller set one.
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
 	SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)
