@@ -74,7 +74,7 @@ func (r *recorder) ended(t *testing.T) b2bua.Event {
 }
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *sipcore.Server
 	reg   *registrar.Registrar
 	dir   *siptest.Directory
@@ -92,7 +92,7 @@ type envOpts struct {
 	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
+func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	dir := siptest.NewDirectory()
 	dir.AddDomain(tenant, domain)
@@ -804,7 +804,7 @@ func TestSequentialLegs(t *testing.T) {
 	}
 }
 
-type tlogWriter struct{ t *testing.T }
+type tlogWriter struct{ t testing.TB }
 
 func (w tlogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -812,7 +812,7 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 }
 
 // testLog logs warnings of the code under test into the test's output.
-func testLog(t *testing.T) *slog.Logger {
+func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
@@ -834,5 +834,28 @@ func TestLoopStopsAtMaxForwards(t *testing.T) {
 	}
 	if s := final(t, alice.Dial(ctxT(t), "102")); s != 483 {
 		t.Fatalf("looping call: %d, want 483", s)
+	}
+}
+
+// BenchmarkCallSetup measures a whole internal call through the PBX:
+// INVITE with digest, fork to one contact, answer, ACK, BYE both sides.
+func BenchmarkCallSetup(b *testing.B) {
+	e := newEnv(b, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		call := alice.Dial(ctx, "102")
+		in := <-bob.Incoming()
+		<-call.Done()
+		if s, err := call.Final(); s != 200 {
+			b.Fatalf("final %d: %v", s, err)
+		}
+		<-in.Answered()
+		if err := call.Hangup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		<-in.Ended()
 	}
 }

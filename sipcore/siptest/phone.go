@@ -78,6 +78,7 @@ type Phone struct {
 	calls     map[string]*Call // by dialog id
 	incoming  chan *Call
 	regReq    *sip.Request // kept so refreshes reuse Call-ID and CSeq
+	medias    []*Media
 }
 
 // NewPhone starts a phone listening on 127.0.0.1 (port 0). It stops when the
@@ -171,9 +172,27 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	return p
 }
 
-// Close stops the phone.
+// Close stops the phone and closes its calls' RTP sockets.
 func (p *Phone) Close() {
 	_ = p.ua.Close()
+	p.mu.Lock()
+	medias := p.medias
+	p.medias = nil
+	p.mu.Unlock()
+	for _, m := range medias {
+		_ = m.Close()
+	}
+}
+
+func (p *Phone) newMedia(pt uint8) (*Media, error) {
+	m, err := newMedia(pt)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.medias = append(p.medias, m)
+	p.mu.Unlock()
+	return m, nil
 }
 
 // Addr is the phone's listening address.
@@ -392,7 +411,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		offer, common = o, intersect(o.Codecs, codecs)
 	}
 	if b.EarlyMedia && len(common) > 0 {
-		media, err := newMedia(common[0])
+		media, err := p.newMedia(common[0])
 		if err != nil {
 			_ = ds.Respond(500, "Server Error", nil)
 			return
@@ -445,7 +464,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 	media := c.media
 	if media == nil {
 		var err error
-		if media, err = newMedia(common[0]); err != nil {
+		if media, err = p.newMedia(common[0]); err != nil {
 			_ = ds.Respond(500, "Server Error", nil)
 			return
 		}
@@ -545,7 +564,7 @@ func (p *Phone) DialWith(ctx context.Context, target string, headers ...sip.Head
 		req.AppendHeader(h)
 	}
 	c := newCall(p, req)
-	media, err := newMedia(p.opts.Codecs[0])
+	media, err := p.newMedia(p.opts.Codecs[0])
 	if err != nil {
 		c.finish(0, err)
 		return c
