@@ -475,7 +475,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 		res.AppendHeader(ch)
 	}
-	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format(time.RFC1123)))
+	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT")))
 	return res
 }
 

@@ -111,6 +111,9 @@ func TestRegisterWithDigest(t *testing.T) {
 			if s := res.GetHeader("Server"); s == nil || s.Value() != "pbx" {
 				t.Fatalf("Server header = %v", s)
 			}
+			if d := res.GetHeader("Date"); d == nil || !strings.HasSuffix(d.Value(), " GMT") {
+				t.Fatalf("Date header = %v", d)
+			}
 			var found *registrar.Binding
 			for _, b := range e.reg.Lookup(tenant, "101") {
 				if b.Contact == p.Contact() {
