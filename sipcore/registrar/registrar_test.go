@@ -480,3 +480,43 @@ func BenchmarkRegisterUDP(b *testing.B) {
 		}
 	}
 }
+
+func TestConcurrentRegistrations(t *testing.T) {
+	e := newEnv(t, nil)
+	const phones, rounds = 8, 25
+	for i := range phones {
+		e.dir.AddAccount(domain, registrar.Account{Username: fmt.Sprintf("load%d", i), Password: "pw", Extension: fmt.Sprintf("2%02d", i)})
+	}
+	errs := make(chan error, phones)
+	var wg sync.WaitGroup
+	for i := range phones {
+		tr := "udp"
+		if i%2 == 1 {
+			tr = "tcp"
+		}
+		p := e.phone(t, tr, fmt.Sprintf("load%d", i), "pw")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				res, err := p.Register(ctxT(t), 600)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if res.StatusCode != 200 {
+					errs <- fmt.Errorf("status %d", res.StatusCode)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := e.reg.Count(); n != phones {
+		t.Fatalf("%d bindings, want %d (one per phone, refreshed)", n, phones)
+	}
+}
