@@ -12,7 +12,7 @@
 #   PBX_VERSION  package version, used as given; default derived from VERSION
 #   VERSION      `git describe --tags --always --dirty` output (the Makefile passes it);
 #                default: run git describe here
-#   PBX_CONFIG_DIR  where pbx.yaml and examples/ come from; default packaging/config
+#   PBX_CONFIG_DIR  where pbx.yaml and examples/ (optional) come from; default packaging/config
 #   PBX_ARCH     Go architecture of the binaries; default `go env GOARCH`
 #   NFPM         nfpm command; default `go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2`
 #   DIST         output directory; default dist
@@ -85,11 +85,17 @@ for b in pbx pbxctl; do
 done
 PBX_CONFIG_DIR=${PBX_CONFIG_DIR:-packaging/config}
 [ -f "$PBX_CONFIG_DIR/pbx.yaml" ] || die "$PBX_CONFIG_DIR/pbx.yaml is missing"
-[ -d "$PBX_CONFIG_DIR/examples" ] || die "$PBX_CONFIG_DIR/examples/ is missing"
 
 PBX_STAGE=$(mktemp -d)
 trap 'rm -rf "$PBX_STAGE"' EXIT INT TERM
-mkdir -p "$PBX_STAGE/completions" "$PBX_STAGE/man/man1" "$PBX_STAGE/gen"
+mkdir -p "$PBX_STAGE/completions" "$PBX_STAGE/man/man1" "$PBX_STAGE/gen" "$PBX_STAGE/examples"
+
+# Example configurations, when the tree has them.
+if [ -d "$PBX_CONFIG_DIR/examples" ]; then
+	cp -R "$PBX_CONFIG_DIR/examples/." "$PBX_STAGE/examples/"
+else
+	echo "build-packages: warning: $PBX_CONFIG_DIR/examples/ is missing; the package ships no examples" >&2
+fi
 
 # Completions and man pages come from the same command tree the admin runs.
 bin/pbxctl completion bash >"$PBX_STAGE/completions/pbxctl.bash" || die "bin/pbxctl completion bash failed"
