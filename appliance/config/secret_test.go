@@ -118,4 +118,5 @@ var fullSecrets = []string{
 	"inline-tts-key", "tts-key-from-file", "acme-dashboard-token-0123456789abcdef", "bridge-password",
 	"rs-secret-from-file", "acme-inline-secret", "acme-bridge-password", "alice-sip-password",
 	"bob-sip-password", "carol-sip-password", "hank-sip-password", "globex-webhook-secret", "whsec-from-file",
+	"initech-secret-access-key", "initech-session-token", "initech-smtp-password", "peter-sip-password",
 }
