@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -48,7 +47,13 @@ type Directory interface {
 
 // Defaults of AuthOptions.
 const (
-	DefaultNonceTTL = 5 * time.Minute
+	// DefaultNonceTTL is how long a nonce may be reused (with a rising
+	// nc). Asterisk uses 32 s; a minute keeps the replay table small at
+	// thousands of registrations per second.
+	DefaultNonceTTL = time.Minute
+	// DefaultMaxTrackedNonces bounds the replay table; past it a nonce
+	// cannot be reused and the client is challenged afresh (stale=true).
+	DefaultMaxTrackedNonces = 1 << 20
 )
 
 // AuthOptions configures Auth.
@@ -61,6 +66,9 @@ type AuthOptions struct {
 	Secret []byte
 	// MD5Only leaves out the second, SHA-256 challenge.
 	MD5Only bool
+	// MaxTrackedNonces bounds the nc replay table; default
+	// DefaultMaxTrackedNonces.
+	MaxTrackedNonces int
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -107,21 +115,25 @@ type Auth struct {
 	md5    bool
 	now    func() time.Time
 
-	seed   maphash.Seed
-	shards [ncShards]ncShard
+	shardCap int
+	shards   [ncShards]ncShard
 }
 
 const ncShards = 32
 
 type ncShard struct {
 	mu      sync.Mutex
-	m       map[string]ncEntry
+	m       map[nonceKey]ncEntry
 	inserts int
 }
 
+// nonceKey is a nonce's MAC: unique per issued nonce, and smaller than the
+// nonce text.
+type nonceKey [16]byte
+
 type ncEntry struct {
 	nc      uint32
-	expires time.Time
+	expires int64 // unix seconds
 }
 
 // dummyPassword is hashed for unknown users so that a wrong password and an
@@ -133,7 +145,12 @@ func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
 	if dir == nil {
 		return nil, fmt.Errorf("%w: nil directory", ErrInvalidOptions)
 	}
-	a := &Auth{dir: dir, ttl: opts.NonceTTL, secret: opts.Secret, md5: opts.MD5Only, now: opts.Now, seed: maphash.MakeSeed()}
+	a := &Auth{dir: dir, ttl: opts.NonceTTL, secret: opts.Secret, md5: opts.MD5Only, now: opts.Now}
+	tracked := opts.MaxTrackedNonces
+	if tracked <= 0 {
+		tracked = DefaultMaxTrackedNonces
+	}
+	a.shardCap = max(tracked/ncShards, 1)
 	if a.ttl <= 0 {
 		a.ttl = DefaultNonceTTL
 	}
@@ -147,7 +164,7 @@ func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
 		a.now = time.Now
 	}
 	for i := range a.shards {
-		a.shards[i].m = make(map[string]ncEntry)
+		a.shards[i].m = make(map[nonceKey]ncEntry)
 	}
 	return a, nil
 }
@@ -174,23 +191,24 @@ func (a *Auth) mac(prefix []byte, realm string, out []byte) {
 	copy(out, m.Sum(sum[:0])[:16])
 }
 
-// checkNonce reports whether nonce was issued by this Auth for realm, and
-// when it expires.
-func (a *Auth) checkNonce(nonce, realm string) (valid bool, expires time.Time) {
+// checkNonce reports whether nonce was issued by this Auth for realm, when
+// it expires, and its replay-table key.
+func (a *Auth) checkNonce(nonce, realm string) (valid bool, expires time.Time, key nonceKey) {
 	if len(nonce) != base64.RawURLEncoding.EncodedLen(nonceRaw) {
-		return false, time.Time{}
+		return false, time.Time{}, key
 	}
 	var b [nonceRaw]byte
 	if n, err := base64.RawURLEncoding.Decode(b[:], []byte(nonce)); err != nil || n != nonceRaw {
-		return false, time.Time{}
+		return false, time.Time{}, key
 	}
 	var want [16]byte
 	a.mac(b[:16], realm, want[:])
 	if !hmac.Equal(want[:], b[16:]) {
-		return false, time.Time{}
+		return false, time.Time{}, key
 	}
+	copy(key[:], b[16:])
 	issued := time.Unix(int64(binary.BigEndian.Uint64(b[:8])), 0)
-	return true, issued.Add(a.ttl)
+	return true, issued.Add(a.ttl), key
 }
 
 // Check verifies the credentials of req for realm. proxy selects
@@ -227,7 +245,7 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 		return Result{Outcome: Challenged}
 	}
 	res := Result{Username: cred.Username}
-	valid, expires := a.checkNonce(cred.Nonce, realm)
+	valid, expires, key := a.checkNonce(cred.Nonce, realm)
 	if !valid {
 		res.Outcome = Challenged
 		return res
@@ -268,7 +286,7 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 		res.Outcome = Rejected
 		return res
 	}
-	if !a.useNonce(cred.Nonce, qop != "", cred.NC, expires, now) {
+	if !a.useNonce(key, qop != "", cred.NC, expires, now) {
 		// Replayed nc: make the client start over with a fresh nonce.
 		res.Outcome, res.Stale = Challenged, true
 		return res
@@ -279,27 +297,35 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 }
 
 // useNonce records the nonce count; it fails for a count not above the last
-// one seen (a replay). Without qop a nonce is single use.
-func (a *Auth) useNonce(nonce string, hasQOP bool, nc uint32, expires, now time.Time) bool {
+// one seen (a replay), and when the table is full. Without qop a nonce is
+// single use.
+func (a *Auth) useNonce(key nonceKey, hasQOP bool, nc uint32, expires, now time.Time) bool {
 	if !hasQOP {
 		nc = 1
 	}
-	sh := &a.shards[maphash.String(a.seed, nonce)%ncShards]
+	nowS := now.Unix()
+	sh := &a.shards[key[0]%ncShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := sh.m[nonce]; ok && now.Before(e.expires) && nc <= e.nc {
+	e, ok := sh.m[key]
+	if ok && nowS < e.expires && nc <= e.nc {
 		return false
 	}
-	sh.m[nonce] = ncEntry{nc: nc, expires: expires}
-	sh.inserts++
-	if sh.inserts >= 1024 {
-		sh.inserts = 0
-		for k, e := range sh.m {
-			if !now.Before(e.expires) {
-				delete(sh.m, k)
+	if !ok {
+		sh.inserts++
+		if sh.inserts >= 1024 || len(sh.m) >= a.shardCap {
+			sh.inserts = 0
+			for k, e := range sh.m {
+				if nowS >= e.expires {
+					delete(sh.m, k)
+				}
 			}
 		}
+		if len(sh.m) >= a.shardCap {
+			return false
+		}
 	}
+	sh.m[key] = ncEntry{nc: nc, expires: expires.Unix()}
 	return true
 }
 

@@ -131,15 +131,15 @@ func TestNonceExpiresStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	nonce := a.newNonce("acme.example")
-	if ok, _ := a.checkNonce(nonce, "acme.example"); !ok {
+	if ok, _, _ := a.checkNonce(nonce, "acme.example"); !ok {
 		t.Fatal("fresh nonce rejected")
 	}
-	if ok, _ := a.checkNonce(nonce, "other.example"); ok {
+	if ok, _, _ := a.checkNonce(nonce, "other.example"); ok {
 		t.Fatal("nonce accepted for another realm")
 	}
 	tampered := []byte(nonce)
 	tampered[3] ^= 1
-	if ok, _ := a.checkNonce(string(tampered), "acme.example"); ok {
+	if ok, _, _ := a.checkNonce(string(tampered), "acme.example"); ok {
 		t.Fatal("tampered nonce accepted")
 	}
 	req := signedRegister(t, a, nonce, "alice", "pw", 1)
@@ -256,4 +256,33 @@ func FuzzRegisterContacts(f *testing.F) {
 			t.Fatalf("%d bindings, max 3", n)
 		}
 	})
+}
+
+func TestReplayTableIsBounded(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	a, err := NewAuth(AuthOptions{MaxTrackedNonces: ncShards, Now: func() time.Time { return now }}, staticDir{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := 0
+	for range 200 {
+		nonce := a.newNonce("acme.example")
+		if r := a.Check(signedRegister(t, a, nonce, "alice", "pw", 1), false, "acme.example"); r.Outcome == Authorized {
+			accepted++
+		} else if !r.Stale {
+			t.Fatalf("full table answered %+v, want a stale challenge", r)
+		}
+	}
+	if n := a.NonceCount(); n > ncShards {
+		t.Fatalf("table holds %d nonces, cap %d", n, ncShards)
+	}
+	if accepted == 0 || accepted == 200 {
+		t.Fatalf("accepted %d of 200", accepted)
+	}
+	// Once the nonces expire, room is made again.
+	now = now.Add(2 * DefaultNonceTTL)
+	nonce := a.newNonce("acme.example")
+	if r := a.Check(signedRegister(t, a, nonce, "alice", "pw", 1), false, "acme.example"); r.Outcome != Authorized {
+		t.Fatalf("after expiry: %+v", r)
+	}
 }
