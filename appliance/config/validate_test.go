@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"sort"
 	"strings"
 	"testing"
@@ -70,5 +71,24 @@ func TestWriteJSON(t *testing.T) {
 				t.Errorf("%s: keys %v", dir, keys)
 			}
 		}
+	}
+}
+
+// TestLoadRoot: a root that is not a directory is an error (pbxctl exits 2), not a
+// report; an empty directory is a report with one problem.
+func TestLoadRoot(t *testing.T) {
+	dir := t.TempDir()
+	file := writeRoot(t, map[string]string{"system.yaml": system("")})
+	for _, root := range []string{dir + "/missing", file + "/system.yaml"} {
+		if _, _, err := Load(root, Options{}); !errors.Is(err, ErrNotDirectory) {
+			t.Errorf("Load(%s): %v, want ErrNotDirectory", root, err)
+		}
+	}
+	cfg, rep, err := Load(dir, Options{})
+	if err != nil || cfg == nil || len(rep.Problems) != 1 || rep.Problems[0].Rule != "file.empty" || rep.OK() {
+		t.Errorf("empty root: %v %v", err, rep.Problems)
+	}
+	if rep.Err() == nil || !strings.Contains(rep.Err().Error(), "1 problem(s)") {
+		t.Errorf("Err() = %v", rep.Err())
 	}
 }
