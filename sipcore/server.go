@@ -99,7 +99,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			s.closeSockets()
 			return nil, err
 		}
-		b.advertised = advertisedHost(opts.ExternalHost, b.addr.Addr())
+		b.advertised = uriHost(advertisedHost(opts.ExternalHost, b.addr.Addr()))
 		s.listeners = append(s.listeners, b)
 	}
 
@@ -203,6 +203,14 @@ func bindListener(l Listener) (*bound, error) {
 	}
 	b.addr = netip.AddrPortFrom(b.addr.Addr().Unmap(), b.addr.Port())
 	return b, nil
+}
+
+// uriHost brackets an IPv6 literal for use in a SIP URI or Via.
+func uriHost(h string) string {
+	if strings.Contains(h, ":") && !strings.HasPrefix(h, "[") {
+		return "[" + h + "]"
+	}
+	return h
 }
 
 // advertisedHost picks the host written in Via and Contact.

@@ -179,3 +179,22 @@ func TestEndpointsAdvertiseExternalHost(t *testing.T) {
 		t.Fatalf("Allow %q", s.Allow())
 	}
 }
+
+func TestIPv6ListenerAdvertisesBracketedHost(t *testing.T) {
+	s, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{{ID: "v6", Transport: "udp", BindHost: "::1"}}}, nil)
+	if err != nil {
+		// Without IPv6 loopback the failure must still name the listener.
+		if !errors.Is(err, sipcore.ErrBind) || !strings.Contains(err.Error(), `"v6"`) {
+			t.Fatalf("err = %v", err)
+		}
+		return
+	}
+	defer s.Close()
+	ep, err := s.Endpoint("udp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Host != "[::1]" || !strings.Contains(ep.Contact.Address.String(), "@[::1]:") {
+		t.Fatalf("host %q contact %q", ep.Host, ep.Contact.Address.String())
+	}
+}
