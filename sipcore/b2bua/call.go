@@ -420,7 +420,7 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 
 	c.mediaAddr = c.m.opts.Media.AdvertisedAddr()
 	if !c.mediaAddr.IsValid() || c.mediaAddr.IsUnspecified() {
-		if ip, err := netip.ParseAddr(c.callerEP.Host); err == nil {
+		if ip, err := netip.ParseAddr(strings.Trim(c.callerEP.Host, "[]")); err == nil {
 			c.mediaAddr = ip
 		} else {
 			c.mediaAddr = netip.MustParseAddr("127.0.0.1")
