@@ -10,8 +10,12 @@
 // of hashing, so the answers do not reveal which accounts exist.
 //
 // Nonces are stateless: a timestamp, random bytes and an HMAC under a
-// process secret. Memory is spent only on nonces that authenticated a
-// request (to track nc), so an unauthenticated flood cannot grow state.
+// process secret, valid for NonceTTL (one minute by default; then the
+// client gets stale=true and answers the new challenge). Memory is spent
+// only on nonces that authenticated a request (to track nc), so an
+// unauthenticated flood cannot grow state, and that table is bounded
+// (MaxTrackedNonces): when full, a nonce cannot be reused and the client is
+// simply challenged again.
 //
 // Bindings: several contacts per account up to its maxContacts (default 5).
 // When a new contact would exceed the limit the binding that expires soonest
