@@ -98,8 +98,8 @@ func benchPath(b *testing.B, from, to *phone, addr netip.AddrPort) {
 				b.Fatal(err)
 			}
 		}
+		to.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		for i := 0; i < w; i++ {
-			to.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if _, _, err := to.conn.ReadFromUDPAddrPort(buf); err != nil {
 				b.Fatalf("packet %d: %v", done+i, err)
 			}
