@@ -24,8 +24,9 @@
 //     timestamp, for music on hold and prompts), plus a Player pacing a WAV
 //     file as 20 ms G.711 packets;
 //   - media timeout detection (Session.Idle and SessionOptions.OnTimeout);
-//   - G.711 A-law and µ-law, RFC 4733 telephone events with a DTMFDetector,
-//     a WAV reader (8 kHz mono 16-bit PCM) and a stereo WAV writer.
+//   - G.711 A-law and µ-law, RFC 4733 telephone events with a DTMFDetector
+//     (and DTMFTap, which runs one on a leg), a WAV reader (8 kHz mono
+//     16-bit PCM) and a stereo WAV writer.
 //
 // SDP parsing, codec negotiation and the PBX's offers and answers live in
 // the subpackage rtpcore/sdp.
