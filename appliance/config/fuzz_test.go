@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func corpusFiles(t testing.TB) [][]byte {
 }
 
 // FuzzLoad feeds arbitrary bytes to the loader as one document file. Whatever the
-// input, loading must not panic or hang, every problem must carry a registered
+// input, loading must not panic or take more than ten seconds, every problem must carry a registered
 // rule and a position, the migration must not fail on what the loader parsed, and
 // Print must work on whatever configuration came out.
 func FuzzLoad(f *testing.F) {
@@ -47,6 +48,12 @@ func FuzzLoad(f *testing.F) {
 	}
 	root := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// The fuzzing engine has no time limit per input; a hang would only stall it.
+		// Crashing the worker makes the engine keep the input as a failure.
+		watchdog := time.AfterFunc(10*time.Second, func() {
+			panic(fmt.Sprintf("FuzzLoad: one input took over 10s: %q", data[:min(len(data), 300)]))
+		})
+		defer watchdog.Stop()
 		cfg, rep := LoadBytes(root, "f.yaml", data, Options{Getenv: noEnv})
 		for _, p := range append(append([]Problem(nil), rep.Problems...), rep.Warnings...) {
 			if _, ok := rules[p.Rule]; !ok {
