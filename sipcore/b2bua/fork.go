@@ -1,0 +1,315 @@
+package b2bua
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/rtpcore/sdp"
+)
+
+// fork starts every leg and drives the call until it is answered and ended,
+// or fails.
+func (c *Call) fork(target *Target) {
+	ringTimeout := target.RingTimeout
+	if ringTimeout <= 0 {
+		ringTimeout = c.m.opts.RingTimeout
+	}
+	c.mu.Lock()
+	c.target = target
+	c.mu.Unlock()
+	var legsWG sync.WaitGroup
+	defer legsWG.Wait()
+	defer c.closeFork()
+	var startFailures []int
+	for i, lt := range target.Legs {
+		l, err := c.newLeg(i, lt, target, ringTimeout)
+		if err != nil {
+			c.log.Warn("leg not started", "target", lt.Name, "err", err)
+			now := time.Now()
+			failed := &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: CauseError}}
+			c.mu.Lock()
+			c.legs = append(c.legs, failed)
+			c.mu.Unlock()
+			li := failed.info
+			c.event(EventLegEnded, &li)
+			startFailures = append(startFailures, sip.StatusServiceUnavailable)
+			continue
+		}
+		c.mu.Lock()
+		c.legs = append(c.legs, l)
+		c.mu.Unlock()
+		legsWG.Add(1)
+		go func() {
+			defer legsWG.Done()
+			l.run()
+		}()
+	}
+	pending := 0
+	c.mu.Lock()
+	for _, l := range c.legs {
+		if l.cancel != nil {
+			pending++
+		}
+	}
+	c.mu.Unlock()
+
+	cancelAll := func(except *outLeg) {
+		c.mu.Lock()
+		for _, l := range c.legs {
+			if l != except && l.cancel != nil {
+				l.cancel()
+			}
+		}
+		c.mu.Unlock()
+	}
+	ring := time.NewTimer(ringTimeout)
+	defer ring.Stop()
+	ringing := false
+	var early *outLeg
+	finals := startFailures
+
+	for pending > 0 {
+		select {
+		case ev := <-c.legCh:
+			switch ev.kind {
+			case legProgress:
+				if ev.sdp != nil && early == nil {
+					early = ev.leg
+					_ = c.session.Bridge(c.callerLeg, ev.leg.media)
+					body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), ev.sdp.Codecs, "")
+					if err == nil {
+						_ = c.caller.Respond(sip.StatusSessionInProgress, "Session Progress", body, sip.NewHeader("Content-Type", "application/sdp"))
+					}
+				} else if !ringing {
+					_ = c.caller.Respond(sip.StatusRinging, "Ringing", nil)
+				}
+				if !ringing {
+					ringing = true
+					c.mu.Lock()
+					c.info.State = StateRinging
+					c.mu.Unlock()
+					c.event(EventRinging, nil)
+				}
+			case legAnswered:
+				c.closeFork()
+				cancelAll(ev.leg)
+				if c.answer(ev.leg, ev.sdp) {
+					// Wait for the cancelled legs before returning, so the
+					// caller goroutine owns every leg until the end.
+					c.waitEnd()
+				}
+				return
+			case legFailed:
+				pending--
+				finals = append(finals, ev.status)
+			}
+		case <-ring.C:
+			c.closeFork()
+			cancelAll(nil)
+			c.fail(sip.StatusTemporarilyUnavailable, CauseNoAnswer, "ring timeout")
+			return
+		case <-c.caller.Context().Done():
+			c.closeFork()
+			cancelAll(nil)
+			c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+			return
+		case why := <-c.endCh:
+			c.closeFork()
+			cancelAll(nil)
+			c.fail(sip.StatusTemporarilyUnavailable, CauseCancelled, why)
+			return
+		}
+	}
+	c.closeFork()
+	status, cause := bestFailure(finals)
+	c.fail(status, cause, "no leg answered")
+}
+
+// bestFailure picks the caller's final answer when every leg failed.
+func bestFailure(finals []int) (int, string) {
+	if len(finals) == 0 {
+		return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+	}
+	busy, decline := 0, false
+	for _, s := range finals {
+		switch s {
+		case sip.StatusBusyHere, statusBusyEverywhere:
+			busy++
+		case statusDecline:
+			decline = true
+		}
+	}
+	switch {
+	case busy == len(finals):
+		return sip.StatusBusyHere, CauseBusy
+	case decline:
+		return statusDecline, CauseRejected
+	case busy > 0:
+		return sip.StatusBusyHere, CauseBusy
+	}
+	for _, s := range finals {
+		if s == sip.StatusRequestTimeout || s == sip.StatusTemporarilyUnavailable || s == sip.StatusRequestTerminated {
+			return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+		}
+	}
+	s := finals[0]
+	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired {
+		// A callee's challenge is not the caller's to answer.
+		s = sip.StatusTemporarilyUnavailable
+	}
+	return s, CauseFailed
+}
+
+// answer connects the caller with the winning leg. It returns false when
+// the caller could not be answered (the call is over).
+func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
+	now := time.Now()
+	c.mu.Lock()
+	c.winner = w
+	c.info.State = StateAnswered
+	c.info.Answer = now
+	c.info.AnsweredBy = w.target.Extension
+	li := w.info
+	c.mu.Unlock()
+
+	if answerSDP != nil {
+		w.media.SetRemote(answerSDP.AudioAddr())
+	}
+	if err := c.session.Bridge(c.callerLeg, w.media); err != nil {
+		c.log.Warn("bridge", "err", err)
+	}
+	answerCodecs := c.codecs
+	dir := sdp.Direction("")
+	if answerSDP != nil && len(answerSDP.Codecs) > 0 {
+		answerCodecs = answerSDP.Codecs
+	}
+	body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), answerCodecs, dir)
+	if err != nil {
+		body, _, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), c.codecs, dir)
+	}
+	if err != nil {
+		c.log.Warn("answer sdp", "err", err)
+	}
+	// The call-record writer puts its marker down before the caller hears
+	// the answer.
+	c.event(EventAnswered, &li)
+	c.log.Info("call answered", "by", w.target.Name)
+
+	if err := c.caller.RespondSDP(body); err != nil {
+		c.mu.Lock()
+		byCaller := c.byeCaller
+		c.mu.Unlock()
+		reason := "no ack from caller"
+		if byCaller {
+			// The caller's BYE was handled before its ACK (sipgo handles
+			// each message on its own goroutine).
+			reason = "caller hung up"
+		} else {
+			c.log.Warn("caller did not confirm the answer", "err", err)
+		}
+		c.hangupWinner()
+		c.finish(CauseAnswered, sip.StatusOK, reason)
+		return false
+	}
+	if c.m.opts.MediaTimeout > 0 {
+		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	}
+	return true
+}
+
+// waitEnd waits for either side to hang up (or Hangup, media timeout,
+// shutdown) and tears the call down.
+func (c *Call) waitEnd() {
+	var reason string
+	select {
+	case reason = <-c.endCh:
+	case <-c.caller.Context().Done():
+		reason = "caller hung up"
+	case <-c.winnerDone():
+		reason = "callee hung up"
+	}
+	c.mu.Lock()
+	byCaller, byLeg := c.byeCaller, c.byeBy
+	c.mu.Unlock()
+	switch {
+	case byCaller:
+		reason = "caller hung up"
+		c.hangupWinner()
+	case byLeg != nil:
+		reason = "callee hung up"
+		c.hangupCaller()
+	default:
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); c.hangupCaller() }()
+		go func() { defer wg.Done(); c.hangupWinner() }()
+		wg.Wait()
+	}
+	c.finish(CauseAnswered, sip.StatusOK, reason)
+}
+
+func (c *Call) winnerDone() <-chan struct{} {
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w == nil || w.dialog == nil {
+		return nil
+	}
+	return w.dialog.Context().Done()
+}
+
+func (c *Call) hangupCaller() {
+	if c.caller.LoadState() == sip.DialogStateEnded {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), byeTimeout)
+	defer cancel()
+	ct := c.caller.InviteRequest.Contact()
+	bye := sip.NewRequest(sip.BYE, ct.Address)
+	c.m.sip.DecorateRequest(bye)
+	if err := c.caller.WriteBye(ctx, bye); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Debug("bye to caller", "err", err)
+	}
+}
+
+func (c *Call) hangupWinner() {
+	c.mu.Lock()
+	w := c.winner
+	c.mu.Unlock()
+	if w != nil {
+		w.bye()
+	}
+}
+
+// markBye records which side hung up (called from the BYE handler).
+func (c *Call) markBye(leg *outLeg) {
+	c.mu.Lock()
+	if !c.byeCaller && c.byeBy == nil {
+		if leg == nil {
+			c.byeCaller = true
+		} else {
+			c.byeBy = leg
+		}
+	}
+	c.mu.Unlock()
+	c.requestEnd("bye")
+}
+
+func (c *Call) setHoldState(hold bool) {
+	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
+		return
+	}
+	if hold {
+		c.session.SetMediaTimeout(0)
+	} else {
+		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	}
+}
+
+func errorIsTimeout(err error) bool {
+	return errors.Is(err, sip.ErrTransactionTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
