@@ -1,7 +1,3 @@
-// Package siptest provides SIP test phones built on sipgo: real sockets on
-// loopback that register with digest authentication, place and answer
-// calls, put calls on hold and send and receive RTP. Tests of sipcore and of
-// the composition root drive the PBX through them.
 package siptest
 
 import (
