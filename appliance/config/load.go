@@ -162,11 +162,17 @@ func (l *loader) file(rel string, data []byte) {
 			l.rep.Problems = append(l.rep.Problems, Problem{File: rel, Line: line, Msg: "YAML syntax: " + msg + " (the rest of this file is not read)", Rule: "file.syntax"})
 			return
 		}
-		if len(doc.Content) == 0 {
-			continue // empty document between separators
+		if len(doc.Content) == 0 || isEmptyDocument(doc.Content[0]) {
+			continue // empty document between separators, or one holding only comments
 		}
 		l.document(rel, resolve(doc.Content[0]))
 	}
+}
+
+// isEmptyDocument reports whether a document's content is nothing at all (as
+// opposed to an explicit null, ~ or any value).
+func isEmptyDocument(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == "" && n.Anchor == ""
 }
 
 // document decodes one document: header keys, then the kind's spec.
