@@ -159,8 +159,17 @@ func (v *validator) knownTenant(m *Meta, path, name string) bool {
 	if _, ok := v.tenants[name]; ok {
 		return true
 	}
-	v.errf(m, path, "doc.unknownTenant", "unknown tenant %q%s", name, suggest(name, v.tenantNames()))
+	v.errf(m, path, "doc.unknownTenant", "unknown tenant %q%s", name, suggestFrom(name, v.tenantNames(), "tenants"))
 	return false
+}
+
+// suggestFrom is suggest for names that documents define: with none defined, it
+// says so rather than suggesting nothing.
+func suggestFrom(name string, names []string, what string) string {
+	if len(names) == 0 {
+		return " (no " + what + " are defined)"
+	}
+	return suggest(name, names)
 }
 
 func (v *validator) tenantNames() []string {
@@ -382,7 +391,7 @@ func (v *validator) system() {
 	v.timezone(m, "timezone", s.Timezone)
 	if s.DefaultTrunk != "" {
 		if _, ok := v.trunks[s.DefaultTrunk]; !ok {
-			v.errf(m, "defaultTrunk", "system.defaultTrunk", "unknown trunk %q%s", s.DefaultTrunk, suggest(s.DefaultTrunk, v.trunkNames()))
+			v.errf(m, "defaultTrunk", "system.defaultTrunk", "unknown trunk %q%s", s.DefaultTrunk, suggestFrom(s.DefaultTrunk, v.trunkNames(), "trunks"))
 		}
 	}
 
@@ -534,6 +543,10 @@ func (v *validator) moh(m *Meta, path string, moh *MOH) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if moh.Classes[n] == "" {
+			v.errf(m, path+".classes."+n, "moh.file", "class %s needs the path of a WAV file", n)
+			continue
+		}
 		v.readable(m, path+".classes."+n, "moh.file", moh.Classes[n])
 	}
 }
@@ -747,7 +760,7 @@ func (v *validator) api(m *Meta, a *API) {
 		}
 		for j, tn := range t.Tenants {
 			if _, ok := v.tenants[tn]; !ok {
-				v.errf(m, fmt.Sprintf("%s.tenants[%d]", p, j), "token.tenant", "unknown tenant %q%s", tn, suggest(tn, v.tenantNames()))
+				v.errf(m, fmt.Sprintf("%s.tenants[%d]", p, j), "token.tenant", "unknown tenant %q%s", tn, suggestFrom(tn, v.tenantNames(), "tenants"))
 			}
 		}
 		if t.Expires != "" {
@@ -869,7 +882,7 @@ func (v *validator) roomService(m *Meta, rs, lk *RoomService) {
 	}
 	if rs.TransportID != "" {
 		if _, ok := v.listeners[rs.TransportID]; !ok {
-			v.errf(m, path+".transportId", "roomservice.transportId", "no listener has id %q%s", rs.TransportID, suggest(rs.TransportID, v.listenerIDs()))
+			v.errf(m, path+".transportId", "roomservice.transportId", "no listener has id %q%s", rs.TransportID, suggestFrom(rs.TransportID, v.listenerIDs(), "listeners"))
 		}
 	}
 	v.prefixes(m, path+".matchIps", "roomservice.matchIps", rs.MatchIPs)
@@ -882,7 +895,7 @@ func (v *validator) trunk(t *Trunk) {
 	}
 	if t.Tenant != "" {
 		if _, ok := v.tenants[t.Tenant]; !ok {
-			v.errf(m, "tenant", "trunk.tenant", "unknown tenant %q%s", t.Tenant, suggest(t.Tenant, v.tenantNames()))
+			v.errf(m, "tenant", "trunk.tenant", "unknown tenant %q%s", t.Tenant, suggestFrom(t.Tenant, v.tenantNames(), "tenants"))
 		}
 	}
 	v.port(m, "port", "trunk.port", t.Port, false)
@@ -891,7 +904,7 @@ func (v *validator) trunk(t *Trunk) {
 	}
 	if t.TransportID != "" {
 		if l, ok := v.listeners[t.TransportID]; !ok {
-			v.errf(m, "transportId", "trunk.transportId", "no listener has id %q%s", t.TransportID, suggest(t.TransportID, v.listenerIDs()))
+			v.errf(m, "transportId", "trunk.transportId", "no listener has id %q%s", t.TransportID, suggestFrom(t.TransportID, v.listenerIDs(), "listeners"))
 		} else if l.Transport != t.Transport && (t.Transport == "udp" || t.Transport == "tcp") {
 			v.errf(m, "transportId", "trunk.transportId", "listener %q is %s but the trunk's transport is %s", t.TransportID, l.Transport, t.Transport)
 		}
@@ -1090,7 +1103,7 @@ func (v *validator) override(o *InboundOverride) {
 	if o.Tenant == "" {
 		v.errf(m, "tenant", "override.tenant", "tenant (the tenant that handles the call) is required")
 	} else if _, ok := v.tenants[o.Tenant]; !ok {
-		v.errf(m, "tenant", "override.tenant", "unknown tenant %q%s", o.Tenant, suggest(o.Tenant, v.tenantNames()))
+		v.errf(m, "tenant", "override.tenant", "unknown tenant %q%s", o.Tenant, suggestFrom(o.Tenant, v.tenantNames(), "tenants"))
 	}
 	if o.Destination == nil {
 		return
@@ -1117,7 +1130,7 @@ func (v *validator) outboundRoute(r *OutboundRoute) {
 	if r.Trunk == "" {
 		v.errf(m, "trunk", "outbound.trunk", "trunk is required")
 	} else if _, ok := v.trunks[r.Trunk]; !ok {
-		v.errf(m, "trunk", "outbound.trunk", "unknown trunk %q%s", r.Trunk, suggest(r.Trunk, v.trunkNames()))
+		v.errf(m, "trunk", "outbound.trunk", "unknown trunk %q%s", r.Trunk, suggestFrom(r.Trunk, v.trunkNames(), "trunks"))
 	}
 }
 

@@ -92,3 +92,28 @@ func TestLoadRoot(t *testing.T) {
 		t.Errorf("Err() = %v", rep.Err())
 	}
 }
+
+// TestUnknownNamesWithNoneDefined: a reference to a tenant, trunk or listener when
+// none exists says that none is defined instead of suggesting nothing.
+func TestUnknownNamesWithNoneDefined(t *testing.T) {
+	_, rep := loadFiles(t, map[string]string{
+		"system.yaml": system("sip:\n  transports: []\ndefaultTrunk: carrier\n"),
+		"docs.yaml": docs(
+			"configVersion: pbx/v1\nkind: Account\nmetadata: {name: a, tenant: acme}\nspec: {password: p, extension: '1'}\n",
+			"configVersion: pbx/v1\nkind: Trunk\nmetadata: {name: t}\nspec: {host: h, transportId: udp}\n",
+		),
+	}, nil)
+	want := []string{
+		`docs.yaml:3: Account/acme/a: metadata.tenant: unknown tenant "acme" (no tenants are defined)`,
+		`docs.yaml:9: Trunk/t: transportId: no listener has id "udp" (no listeners are defined)`,
+		`system.yaml:5: System: sip.transports: at least one listener is required`,
+		`system.yaml:6: System: defaultTrunk: unknown trunk "carrier" (expected one of: t)`,
+	}
+	var got []string
+	for _, p := range rep.Problems {
+		got = append(got, p.String())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
