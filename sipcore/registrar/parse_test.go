@@ -198,6 +198,8 @@ func FuzzParseCredentials(f *testing.F) {
 		if c.Username == "" || c.Nonce == "" || c.URI == "" || c.Response == "" {
 			t.Fatalf("accepted incomplete credentials %+v", c)
 		}
+		// The digest uri is parsed when it differs from the Request-URI text.
+		_ = URIMatches(c.URI, sip.Uri{Scheme: "sip", Host: "acme.example"})
 	})
 }
 
@@ -285,4 +287,23 @@ func TestReplayTableIsBounded(t *testing.T) {
 	if r := a.Check(signedRegister(t, a, nonce, "alice", "pw", 1), false, "acme.example"); r.Outcome != Authorized {
 		t.Fatalf("after expiry: %+v", r)
 	}
+}
+
+// FuzzBindingTarget feeds arbitrary registered Contact URIs and sources to
+// the routing decision: it must not panic, and a target must have a
+// destination.
+func FuzzBindingTarget(f *testing.F) {
+	f.Add("sip:alice@192.168.1.20:5062", "203.0.113.7:61000", "udp")
+	f.Add("sip:alice@10.0.0.9:5060;transport=tcp", "10.0.0.9:40123", "tcp")
+	f.Add("sips:[::1]:5061", "[::1]:5061", "tcp")
+	f.Add("sip:phone.local", "", "")
+	f.Fuzz(func(t *testing.T, contact, source, transport string) {
+		src, _ := netip.ParseAddrPort(source)
+		b := Binding{Contact: contact, Source: src, Transport: transport}
+		for _, conn := range []ConnChecker{nil, func(string, string) bool { return true }} {
+			if tg, ok := b.Target(conn); ok && !tg.Destination.IsValid() {
+				t.Fatalf("target without destination for %q from %q", contact, source)
+			}
+		}
+	})
 }
