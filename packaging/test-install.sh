@@ -631,7 +631,9 @@ test_rpm() {
 	umount_root "$root"
 }
 
+say "packages ready in $(($(date +%s) - started))s"
 for name in $roots; do
+	phase=$(date +%s)
 	case "$name" in
 	systemd) make_root systemd systemd systemd && test_root systemd ;;
 	plain) make_root plain plain "" && test_root plain ;;
@@ -643,6 +645,7 @@ for name in $roots; do
 		die "mounts remain under $work/$name"
 	fi
 	rm -rf "${work:?}/$name"
+	say "root $name done in $(($(date +%s) - phase))s"
 done
 
 elapsed=$(($(date +%s) - started))
