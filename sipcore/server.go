@@ -470,7 +470,9 @@ func (s *Server) ConnectionOpen(transport, addr string) bool {
 	if c == nil {
 		return false
 	}
-	c.TryClose()
+	// Undo Get's reference without TryClose, which would close a
+	// connection whose count reached zero.
+	c.Ref(-1)
 	return true
 }
 
@@ -531,7 +533,7 @@ func (s *Server) waitServing(ctx context.Context) bool {
 				all = false
 				break
 			}
-			c.TryClose()
+			c.Ref(-1)
 		}
 		if all {
 			return true

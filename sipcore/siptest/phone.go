@@ -154,7 +154,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 		for {
 			c := ua.TransportLayer().Pool("udp").Get(p.addr.String())
 			if c != nil {
-				c.TryClose()
+				c.Ref(-1)
 				break
 			}
 			if time.Now().After(deadline) {
