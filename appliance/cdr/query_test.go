@@ -70,6 +70,9 @@ func seed(t *testing.T, s *Store, tenants []string, days, n int, base time.Time)
 			r.Direction = []Direction{Inbound, Outbound, Internal}[i%3]
 			r.Trunk = []string{"alpha", "beta"}[i%2]
 			r.Extension = fmt.Sprintf("%d", 100+i%5)
+			if i%4 == 0 {
+				r.DID = fmt.Sprintf("+1777%07d", i)
+			}
 			if !r.Answered() {
 				r.Cause = CauseBusy
 			}
@@ -187,6 +190,7 @@ func TestListFilters(t *testing.T) {
 		{"number long", Query{Number: "5550000042"}, func(r *Record) bool { return r.From == "+15550000042" }},
 		{"number in to", Query{Number: "6660000007"}, func(r *Record) bool { return r.To == "+16660000007" }},
 		{"number short", Query{Number: "0004"}, func(r *Record) bool { return contains(r.From, "0004") || contains(r.To, "0004") }},
+		{"number in did", Query{Number: "7770000008"}, func(r *Record) bool { return r.DID == "+17770000008" }},
 		{"number nowhere", Query{Number: "999999999"}, func(r *Record) bool { return false }},
 		{"range", Query{From: &from, To: &to}, func(r *Record) bool { return !r.Start.Before(from) && !r.Start.After(to) }},
 		{"range and filters", Query{From: &from, To: &to, Direction: Inbound, Trunk: "alpha"},

@@ -180,19 +180,9 @@ func (r *Record) normalize() Record {
 		a := msUTC(*n.Answer)
 		n.Answer = &a
 	}
-	n.DurationMS = n.End.Sub(n.Start).Milliseconds()
-	if n.Answer != nil && !n.End.Before(*n.Answer) {
-		n.BillMS = n.End.Sub(*n.Answer).Milliseconds()
-	} else {
-		n.BillMS = 0
-	}
-	vmSteps := map[string]bool{}
 	n.Steps = append([]Step{}, n.Steps...)
 	for i := range n.Steps {
 		n.Steps[i].At = msUTC(n.Steps[i].At)
-		if n.Steps[i].Type == StepVoicemailCheck {
-			vmSteps[n.Steps[i].ID] = true
-		}
 	}
 	n.Legs = append([]Leg{}, n.Legs...)
 	for i := range n.Legs {
@@ -203,16 +193,36 @@ func (r *Record) normalize() Record {
 			l.Answer = &a
 		}
 	}
-	digits := make([]Digits, 0, len(n.Digits))
-	for _, d := range n.Digits {
-		if d.Type == StepVoicemailCheck || vmSteps[d.Step] {
+	n.Digits = filterDigits(n.Digits, n.Steps)
+	n.DurationMS, n.BillMS = 0, 0
+	if n.End.IsZero() { // an in-flight marker: the call has not ended
+		return n
+	}
+	n.DurationMS = n.End.Sub(n.Start).Milliseconds()
+	if n.Answer != nil && !n.End.Before(*n.Answer) {
+		n.BillMS = n.End.Sub(*n.Answer).Milliseconds()
+	}
+	return n
+}
+
+// filterDigits drops the digits of voicemail_check steps, by the digits'
+// own type and by the type of the step their id names.
+func filterDigits(ds []Digits, steps []Step) []Digits {
+	vm := map[string]bool{}
+	for _, s := range steps {
+		if s.Type == StepVoicemailCheck {
+			vm[s.ID] = true
+		}
+	}
+	out := make([]Digits, 0, len(ds))
+	for _, d := range ds {
+		if d.Type == StepVoicemailCheck || vm[d.Step] {
 			continue
 		}
 		d.At = msUTC(d.At)
-		digits = append(digits, d)
+		out = append(out, d)
 	}
-	n.Digits = digits
-	return n
+	return out
 }
 
 // validate checks what must hold before a record is written. final is true

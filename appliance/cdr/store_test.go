@@ -24,6 +24,14 @@ func TestCommitAnsweredCall(t *testing.T) {
 	if err != nil || got.ID != r.ID {
 		t.Fatalf("marker: %v %+v", err, got)
 	}
+	inflight := *r
+	inflight.End, inflight.Cause = time.Time{}, ""
+	if err := s.Answered(&inflight); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readRecord(marker); got.DurationMS != 0 || got.BillMS != 0 || got.Answer == nil {
+		t.Fatalf("in-flight marker: duration %d bill %d answer %v", got.DurationMS, got.BillMS, got.Answer)
+	}
 	r.Legs = append(r.Legs, Leg{Target: "transfer"}) // a rewrite, e.g. after a transfer
 	if err := s.Answered(r); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,10 @@ func newSummary(es []Entry) summary {
 	s := summary{minMS: math.MaxInt64, maxMS: math.MinInt64}
 	grams := 0
 	for i := range es {
-		grams += gramCount(es[i].From) + gramCount(es[i].To) + gramCount(es[i].DID)
+		grams += gramCount(es[i].From) + gramCount(es[i].To)
+		if es[i].DID != es[i].To && es[i].DID != es[i].From {
+			grams += gramCount(es[i].DID)
+		}
 	}
 	// Room for twice as many substrings as today before a rebuild.
 	s.bloom = newBloom(2 * grams)
@@ -59,7 +62,9 @@ func (s *summary) add(e *Entry) {
 	s.exts.add(e.Extension)
 	s.bloom.addGrams(e.From)
 	s.bloom.addGrams(e.To)
-	s.bloom.addGrams(e.DID)
+	if e.DID != e.To && e.DID != e.From { // usually the same number as to
+		s.bloom.addGrams(e.DID)
+	}
 }
 
 // match reports whether a line of this day may pass f.
