@@ -110,8 +110,14 @@ func TestForkSecondAnswersFirstCancelled(t *testing.T) {
 	waitCh(t, in1.Cancelled(), "first contact cancelled")
 	waitCh(t, in2.Answered(), "second contact answered")
 	exchange(t, call.Media(), in2.Media(), 20, "f")
+	exchange(t, in2.Media(), call.Media(), 20, "g")
 	if err := call.Hangup(ctxT(t)); err != nil {
 		t.Fatal(err)
+	}
+	// The BYE reaches the TCP phone through its registering connection.
+	waitCh(t, in2.Ended(), "tcp callee BYE")
+	if !in2.RemoteHangup() {
+		t.Fatalf("tcp callee got no BYE")
 	}
 	ev := e.rec.ended(t)
 	won, cancelled := 0, 0
