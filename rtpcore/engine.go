@@ -9,8 +9,8 @@ import (
 )
 
 // DefaultRelatchPackets is how many consecutive packets from a new source
-// address move a latched leg over to it, once the latched source has been
-// silent for DefaultRelatchSilence.
+// address, spread over at least DefaultRelatchSilence with the latched
+// source silent, move a latched leg over to it.
 const DefaultRelatchPackets = 5
 
 // DefaultRelatchSilence is how long the latched source must have been
@@ -39,8 +39,9 @@ type Options struct {
 	// RelatchPackets is how many consecutive packets from a new source
 	// re-latch a leg; zero means DefaultRelatchPackets.
 	RelatchPackets int
-	// RelatchSilence is how long the latched source must be silent before
-	// a new source can re-latch; zero means DefaultRelatchSilence.
+	// RelatchSilence is how long a new source must have been sending, with
+	// the latched source silent, before it re-latches; zero means
+	// DefaultRelatchSilence.
 	RelatchSilence time.Duration
 	// NoRTCP leaves each leg's odd port unbound and relays no RTCP. By
 	// default the odd port above the RTP port is bound too and RTCP is

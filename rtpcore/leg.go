@@ -46,6 +46,7 @@ type Leg struct {
 	lastLatch  time.Time // last packet from the latched source
 	cand       netip.AddrPort
 	candCount  int
+	candSince  time.Time // first packet of the candidate's current run
 	in         recvStats
 	malformed  uint64
 	strays     uint64 // packets from other sources while latched, not relayed
@@ -326,9 +327,11 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 // valid packet and reports whether the packet comes from the far end (and
 // is to be relayed). The first packets latch the leg to their source,
 // whatever the SDP said. Once latched, packets from elsewhere are dropped;
-// a new source takes over only after the latched one has been silent for
-// RelatchSilence and the new one has sent RelatchPackets packets in a row
-// (a NAT rebinding).
+// a new source takes over only when it has sent RelatchPackets packets
+// over at least RelatchSilence with nothing from the latched source in
+// between (a NAT rebinding). Both times are taken when packets are
+// processed, so a stalled relay working through a backlog does not mistake
+// a burst of strangers for a persistent source.
 func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 	t := l.target.Load()
 	switch {
@@ -345,13 +348,14 @@ func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 		l.candCount = 0
 		return true
 	}
-	if src == l.cand {
+	if src == l.cand && l.candCount > 0 {
 		l.candCount++
 	} else {
 		l.cand = src
 		l.candCount = 1
+		l.candSince = now
 	}
-	if l.candCount >= l.sess.e.relatch && now.Sub(l.lastLatch) >= l.sess.e.relatchQ {
+	if l.candCount >= l.sess.e.relatch && now.Sub(l.candSince) >= l.sess.e.relatchQ && now.Sub(l.lastLatch) >= l.sess.e.relatchQ {
 		s := src
 		l.target.Store(&s)
 		l.lastLatch = now

@@ -183,7 +183,7 @@ func TestJitterEstimate(t *testing.T) {
 }
 
 func TestLatching(t *testing.T) {
-	e := newEngine(t, Options{RelatchPackets: 3, RelatchSilence: 300 * time.Millisecond})
+	e := newEngine(t, Options{RelatchPackets: 3, RelatchSilence: time.Second})
 	_, la, lb, _, pb := bridgedPair(t, e)
 	decoy := newPhone(t) // the SDP address; never sends
 	real := newPhone(t)  // where the phone really sends from (NAT)
