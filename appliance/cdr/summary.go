@@ -42,8 +42,9 @@ func newSummary(es []Entry) summary {
 			grams += gramCount(es[i].DID)
 		}
 	}
-	// Room for twice as many substrings as today before a rebuild.
-	s.bloom = newBloom(2 * grams)
+	// Room for half as many substrings again before a rebuild (a day still
+	// being written grows).
+	s.bloom = newBloom(grams + grams/2)
 	for i := range es {
 		s.add(&es[i])
 	}
@@ -128,9 +129,9 @@ func (v *valueSet) mayHave(s string) bool {
 // 10-digit number filter needs five substrings to all collide).
 type bloom struct {
 	bits  []uint64
-	mask  uint64
-	n     int // substrings added
-	limit int // substrings it was sized for
+	m     uint64 // number of bits
+	n     int    // substrings added
+	limit int    // substrings it was sized for
 }
 
 func gramCount(s string) int {
@@ -141,12 +142,16 @@ func gramCount(s string) int {
 }
 
 func newBloom(expected int) bloom {
-	expected = max(expected, 256)
-	m := uint64(1)
-	for m < uint64(expected)*8 {
-		m <<= 1
-	}
-	return bloom{bits: make([]uint64, m/64), mask: m - 1, limit: expected}
+	expected = min(max(expected, 256), 1<<28)
+	words := (expected*8 + 63) / 64
+	return bloom{bits: make([]uint64, words), m: uint64(words) * 64, limit: expected}
+}
+
+// probe maps the i-th probe of hash h to a bit (double hashing, then a
+// multiply-shift range reduction instead of a power-of-two mask).
+func (b *bloom) probe(h uint64, i uint32) uint64 {
+	x := uint32(h) + i*(uint32(h>>32)|1)
+	return uint64(x) * b.m >> 32
 }
 
 // overfull says the filter holds more than it was sized for and should be
@@ -163,17 +168,15 @@ func gramHash(s string) uint64 {
 }
 
 func (b *bloom) set(h uint64) {
-	h1, h2 := h, (h>>32)|1
-	for i := uint64(0); i < 3; i++ {
-		p := (h1 + i*h2) & b.mask
+	for i := range uint32(3) {
+		p := b.probe(h, i)
 		b.bits[p>>6] |= 1 << (p & 63)
 	}
 }
 
 func (b *bloom) has(h uint64) bool {
-	h1, h2 := h, (h>>32)|1
-	for i := uint64(0); i < 3; i++ {
-		p := (h1 + i*h2) & b.mask
+	for i := range uint32(3) {
+		p := b.probe(h, i)
 		if b.bits[p>>6]&(1<<(p&63)) == 0 {
 			return false
 		}
