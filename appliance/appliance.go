@@ -104,6 +104,8 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	a.dir = tenant.New(cfg)
 
+	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
+	sip.SetDefaultLogger(log.With("component", "sipgo"))
 	var listeners []sipcore.Listener
 	for _, l := range sys.SIP.Transports {
 		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})

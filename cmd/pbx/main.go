@@ -102,6 +102,7 @@ credential set only (a set that fails validation leaves the running one in place
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			log := logging.New(os.Stderr, lv)
+			slog.SetDefault(log)
 			return run(cmd.Context(), dir, drain, log)
 		},
 	}
