@@ -145,11 +145,11 @@ func Parse(body []byte) (*Description, error) {
 			}
 			haveV = true
 		case 'o':
+			// A malformed origin does not stop the media; keep what is there.
 			f := strings.Fields(val)
-			if len(f) != 6 {
-				return nil, fmt.Errorf("origin %q: %w", clip(val), ErrMalformed)
+			if len(f) == 6 {
+				d.Origin = OriginLine{Username: f[0], SessionID: f[1], Version: f[2], Addr: f[5]}
 			}
-			d.Origin = OriginLine{Username: f[0], SessionID: f[1], Version: f[2], Addr: f[5]}
 		case 's':
 			d.SessionName = val
 		case 'c':

@@ -71,6 +71,11 @@ func TestParse(t *testing.T) {
 		{name: "bad port", body: "v=0\r\nc=IN IP4 1.2.3.4\r\nm=audio 70000 RTP/AVP 0\r\n", wantErr: ErrMalformed},
 		{name: "short m line", body: "v=0\r\nc=IN IP4 1.2.3.4\r\nm=audio 1000\r\n", wantErr: ErrMalformed},
 		{name: "garbage line", body: "v=0\r\nhello\r\n", wantErr: ErrMalformed},
+		{
+			name: "malformed origin tolerated",
+			body: "v=0\r\no=broken\r\nc=IN IP4 10.0.0.2\r\nm=audio 7000 RTP/AVP 8\r\n",
+			addr: "10.0.0.2", port: 7000, codecs: []string{"PCMA/8"}, te: -1, dir: SendRecv, mediaLen: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
