@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -147,6 +148,7 @@ type pbxProc struct {
 	log     *logBuffer
 	done    chan struct{}
 	exitErr error
+	level   string // --log-level; empty: debug
 }
 
 // pbxConfig is what a test varies in the System document.
@@ -158,6 +160,9 @@ type pbxConfig struct {
 	NoCDR    bool
 	DataDir  string
 	APIToken string
+	RTPMax   int     // zero: RTPMin+799
+	APIRate  float64 // api.rateLimit requests per minute and burst; zero: the defaults
+	LogLevel string  // zero: debug
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -177,7 +182,7 @@ spec:
   dataDir: %s
   cdr:
     enabled: %t
-`, c.SIPPort, c.RTPMin, c.RTPMin+799, c.DataDir, !c.NoCDR)
+`, c.SIPPort, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
 	if c.APIPort != 0 {
 		fmt.Fprintf(&b, `  api:
     enabled: true
@@ -188,6 +193,12 @@ spec:
         token: %s
         scopes: [status:read, cdr:read, security:read, operate]
 `, c.APIPort, testToken)
+		if c.APIRate != 0 {
+			fmt.Fprintf(&b, `    rateLimit:
+      requestsPerMinute: %s
+      burst: %[1]s
+`, strconv.FormatFloat(c.APIRate, 'f', -1, 64))
+		}
 	}
 	b.WriteString(`---
 configVersion: pbx/v1
@@ -211,6 +222,13 @@ spec:
 	return b.String()
 }
 
+func (c pbxConfig) rtpMax() int {
+	if c.RTPMax != 0 {
+		return c.RTPMax
+	}
+	return c.RTPMin + 799
+}
+
 // startPBX writes the configuration into a fresh directory and starts bin/pbx on it,
 // returning once every listener is bound.
 func startPBX(t testing.TB, c pbxConfig) *pbxProc {
@@ -228,7 +246,7 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{})}
+	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{}), level: c.LogLevel}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -243,7 +261,11 @@ func (p *pbxProc) start() {
 	p.t.Helper()
 	p.done = make(chan struct{})
 	p.log.mark()
-	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", "debug", "--drain-timeout", "5s")
+	level := p.level
+	if level == "" {
+		level = "debug"
+	}
+	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", level, "--drain-timeout", "5s")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

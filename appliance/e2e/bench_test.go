@@ -1,0 +1,777 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"pbx/appliance/cdr"
+)
+
+// The benchmarks below measure the built pbx under load on loopback, driven by
+// SIPp (SIP) and wrk (HTTP). Each invocation starts its own PBX, runs one
+// bounded load and reports figures with b.ReportMetric; b.N is not used, and
+// every run lasts well over the default -benchtime, so `go test -bench` runs
+// each once. They run only with -bench (make bench), never in make test.
+//
+// Sizes are small by default so that make bench stays short; environment
+// variables (named in each benchmark's comment) raise them. The PBX logs at
+// info level here, as in production: debug logs every SIP message.
+
+// benchRTPMin..benchRTPMax is the RTP range of the load benchmarks. A call
+// holds two port pairs (one per leg) and a released port rests for
+// rtpcore.DefaultQuarantine (5s), so R calls per second need about 20*R
+// ports: 14,000 pairs here carry about 1,400 calls per second. The range is
+// inside the kernel's ephemeral range; the port pool skips a port another
+// process holds.
+const (
+	benchRTPMin = 33000
+	benchRTPMax = 60998
+)
+
+func benchEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func benchEnvDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// benchEnvInts reads a comma-separated list of positive integers.
+func benchEnvInts(name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return def
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// benchAccounts returns n Account documents of tenant demo (users u00000...,
+// extensions from 2000) and their names.
+func benchAccounts(n int) (string, []string) {
+	var b strings.Builder
+	users := make([]string, n)
+	for i := range n {
+		users[i] = fmt.Sprintf("u%05d", i)
+		fmt.Fprintf(&b, `---
+configVersion: pbx/v1
+kind: Account
+metadata: {name: %s, tenant: demo}
+spec:
+  password: %s-secret
+  extension: "%d"
+`, users[i], users[i], 2000+i)
+	}
+	return b.String(), users
+}
+
+// startSIPpLoad starts SIPp for load: like startSIPp, but without the
+// per-message trace (it would cost SIPp more than the PBX) and with a
+// statistics file read by stats.
+func startSIPpLoad(t testing.TB, dir, name string, timeout time.Duration, args ...string) *sippRun {
+	t.Helper()
+	args = append(args, "-trace_stat", "-stf", filepath.Join(dir, name+".stat.csv"), "-fd", "1",
+		"-buff_size", "4194304")
+	return startSIPpArgs(t, dir, name, timeout, args...)
+}
+
+// startSIPpArgs starts SIPp with exactly args plus the error trace; the run is
+// bounded by timeout.
+func startSIPpArgs(t testing.TB, dir, name string, timeout time.Duration, args ...string) *sippRun {
+	t.Helper()
+	bin := requireSIPp(t)
+	args = append(args, "-nostdin", "-trace_err", "-error_file", filepath.Join(dir, name+".errors.log"))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	r := &sippRun{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = r.out, r.out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() {
+		defer cancel()
+		err := cmd.Wait()
+		r.code = cmd.ProcessState.ExitCode()
+		if err != nil && r.code == 0 {
+			r.code = -1
+		}
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// sippStats is the last line of a SIPp statistics file (cumulative counters).
+type sippStats struct {
+	Created, OK, Failed, Retrans int
+	Start, End                   time.Time     // of the run, as SIPp saw it
+	Setup                        time.Duration // mean of the scenario's "setup" response time, if any
+	SetupP99                     time.Duration // upper bound of the bucket holding its 99th percentile
+}
+
+// Elapsed is the run's duration from SIPp's start to its last statistics line.
+func (s sippStats) Elapsed() time.Duration { return s.End.Sub(s.Start) }
+
+func (r *sippRun) stats(t testing.TB, dir string) sippStats {
+	t.Helper()
+	lines := readLines(t, filepath.Join(dir, r.name+".stat.csv"))
+	if len(lines) < 2 {
+		t.Fatalf("%s: no statistics written; output:\n%s", r.name, tail(r.out.String(), 20))
+	}
+	head := strings.Split(lines[0], ";")
+	last := strings.Split(lines[len(lines)-1], ";")
+	col := func(name string) (string, bool) {
+		for i, h := range head {
+			if h == name && i < len(last) {
+				return strings.TrimSpace(last[i]), true
+			}
+		}
+		return "", false
+	}
+	num := func(name string) int {
+		v, ok := col(name)
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			t.Fatalf("%s: column %s: %q in %s", r.name, name, v, lines[0])
+		}
+		return n
+	}
+	// Times are "date<TAB>time<TAB>epoch seconds".
+	stamp := func(name string) time.Time {
+		v, _ := col(name)
+		f := strings.Split(v, "\t")
+		sec, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("%s: column %s: %q", r.name, name, v)
+		}
+		return time.UnixMicro(int64(sec * 1e6))
+	}
+	st := sippStats{Created: num("TotalCallCreated"), OK: num("SuccessfulCall(C)"), Failed: num("FailedCall(C)"),
+		Retrans: num("Retransmissions(C)"), Start: stamp("StartTime"), End: stamp("CurrentTime")}
+	// Response times are "hh:mm:ss:microseconds"; the repartition columns
+	// count the responses under each bound in milliseconds.
+	if v, ok := col("ResponseTimesetup(C)"); ok {
+		var h, m, sec, us int
+		if _, err := fmt.Sscanf(v, "%d:%d:%d:%d", &h, &m, &sec, &us); err == nil {
+			st.Setup = time.Duration(h)*time.Hour + time.Duration(m)*time.Minute + time.Duration(sec)*time.Second + time.Duration(us)*time.Microsecond
+		}
+		total, seen := 0, 0
+		type bucket struct {
+			bound time.Duration
+			n     int
+		}
+		var bs []bucket
+		for i, h := range head {
+			b, ok := strings.CutPrefix(h, "ResponseTimeRepartitionsetup_")
+			if !ok || i >= len(last) {
+				continue
+			}
+			n, _ := strconv.Atoi(last[i])
+			ms, _ := strconv.Atoi(strings.TrimLeft(b, "<>="))
+			bound := time.Duration(ms) * time.Millisecond
+			if strings.HasPrefix(b, ">=") {
+				bound = -1 // unbounded
+			}
+			bs = append(bs, bucket{bound, n})
+			total += n
+		}
+		for _, b := range bs {
+			seen += b.n
+			if total > 0 && seen*100 >= total*99 {
+				st.SetupP99 = b.bound
+				break
+			}
+		}
+	}
+	return st
+}
+
+// cpuTime is the processor time a process has used so far: user and system
+// from /proc/<pid>/stat, in clock ticks of 10ms (USER_HZ on Linux).
+func cpuTime(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// sippCPU is the processor time an exited SIPp used.
+func (r *sippRun) cpu() time.Duration {
+	<-r.done
+	return r.cmd.ProcessState.UserTime() + r.cmd.ProcessState.SystemTime()
+}
+
+// rssKB is a process's resident set size (VmRSS) in kB.
+func rssKB(t testing.TB, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func percent(part, whole float64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return 100 * part / whole
+}
+
+// registerUser registers user from local UDP port port (the contact a UAS
+// started later on that port receives calls at).
+func registerUser(t testing.TB, p *pbxProc, dir, user string, port int) {
+	t.Helper()
+	r := startSIPp(t, dir, "register-"+user, 30*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "register.xml", "-inf", user+".csv",
+		"-m", "1", "-p", strconv.Itoa(port), "-i", "127.0.0.1", "-t", "u1")
+	if code := r.wait(); code != 0 {
+		t.Fatalf("register %s: sipp exit %d\n%s\npbx log:\n%s", user, code, r.errors(dir), tail(p.log.String(), 30))
+	}
+}
+
+// BenchmarkSIPpRegister: authenticated REGISTERs (REGISTER, 401, REGISTER with
+// digest, 200) per second over UDP, from PBX_BENCH_REG_SIPP SIPp processes
+// (default 2) each cycling through its share of PBX_BENCH_REG_ACCOUNTS
+// accounts (default 2,000), PBX_BENCH_REG_COUNT registrations in all (default
+// 60,000) offered at PBX_BENCH_REG_RATE per second in all (default 8,000).
+// Reports completed registrations per second, failures, and the CPU the pbx
+// and SIPp used (percent of one core) to show which side limits.
+func BenchmarkSIPpRegister(b *testing.B) {
+	accounts := benchEnvInt("PBX_BENCH_REG_ACCOUNTS", 2000)
+	total := benchEnvInt("PBX_BENCH_REG_COUNT", 60000)
+	rate := benchEnvInt("PBX_BENCH_REG_RATE", 8000)
+	procs := benchEnvInt("PBX_BENCH_REG_SIPP", 2)
+	docs, users := benchAccounts(accounts)
+	p := startPBX(b, pbxConfig{Extra: docs, LogLevel: "info", NoCDR: true})
+	pid := p.cmd.Process.Pid
+
+	csv := map[string]string{}
+	for i := range procs {
+		csv[fmt.Sprintf("reg%d.csv", i)] = credentialsOf(users[i*len(users)/procs : (i+1)*len(users)/procs])
+	}
+	dir := scenarioDir(b, csv)
+
+	b.ResetTimer()
+	cpu0, t0 := cpuTime(b, pid), time.Now()
+	runs := make([]*sippRun, procs)
+	for i := range procs {
+		runs[i] = startSIPpLoad(b, dir, fmt.Sprintf("reg%d", i), 5*time.Minute,
+			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "register.xml", "-inf", fmt.Sprintf("reg%d.csv", i),
+			"-r", strconv.Itoa(rate/procs), "-rp", "1000", "-m", strconv.Itoa(total/procs), "-l", "5000",
+			"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-t", "u1")
+	}
+	for _, r := range runs {
+		r.wait()
+	}
+	elapsed := time.Since(t0)
+	pbxCPU := cpuTime(b, pid) - cpu0
+	b.StopTimer()
+
+	var sum sippStats
+	var sippCPU time.Duration
+	for i, r := range runs {
+		s := r.stats(b, dir)
+		sum.Created += s.Created
+		sum.OK += s.OK
+		sum.Failed += s.Failed
+		sum.Retrans += s.Retrans
+		if i == 0 || s.Start.Before(sum.Start) {
+			sum.Start = s.Start
+		}
+		if s.End.After(sum.End) {
+			sum.End = s.End
+		}
+		sippCPU += r.cpu()
+		if s.Failed > 0 {
+			b.Logf("%s: %d failed; errors:\n%s", r.name, s.Failed, tail(readFileString(filepath.Join(dir, r.name+".errors.log")), 10))
+		}
+	}
+	// SIPp's own window (first start to last statistics line) leaves out
+	// process start-up; the CPU figures use the wall clock around it.
+	window := sum.Elapsed()
+	if sum.OK == 0 {
+		b.Fatalf("no registration succeeded; sipp output:\n%s\npbx log:\n%s", tail(runs[0].out.String(), 30), tail(p.log.String(), 30))
+	}
+	b.ReportMetric(float64(window.Nanoseconds())/float64(sum.OK), "ns/op")
+	b.ReportMetric(float64(sum.OK)/window.Seconds(), "registers/s")
+	b.ReportMetric(float64(sum.Failed), "failed")
+	b.ReportMetric(float64(sum.Retrans), "retrans")
+	b.ReportMetric(percent(pbxCPU.Seconds(), elapsed.Seconds()), "pbx_cpu_%")
+	b.ReportMetric(percent(sippCPU.Seconds(), elapsed.Seconds()), "sipp_cpu_%")
+	b.Logf("%d SIPp process(es), %d accounts, %d offered at %d/s: %d ok, %d failed in %s; pbx cpu %s, sipp cpu %s",
+		procs, accounts, sum.Created, rate, sum.OK, sum.Failed, window.Round(time.Millisecond), pbxCPU, sippCPU)
+}
+
+// credentialsOf is credentials for a list of users.
+func credentialsOf(users []string) string { return credentials(users...) }
+
+func readFileString(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// BenchmarkSIPpCallSetup: call setups per second with anchored media. Bob is
+// registered and answered by a SIPp UAS; alice's SIPp places short calls
+// (INVITE, 407, INVITE with digest, 180, 200, ACK, PBX_BENCH_CPS_HOLD pause
+// (default 100ms), BYE) for PBX_BENCH_CPS_STEP (default 8s) at each rate of
+// PBX_BENCH_CPS_RATES (default 300,600,900,1200 calls per second), stopping
+// at the first rate that is not sustained: 1% or more failed, or fewer than
+// 90% of the offered calls per second completed. Reports the highest
+// sustained rate and its failure percentage; every step is logged. Call
+// records are on, as in production, unless PBX_BENCH_CPS_CDR=off.
+func BenchmarkSIPpCallSetup(b *testing.B) {
+	rates := benchEnvInts("PBX_BENCH_CPS_RATES", []int{300, 600, 900, 1200})
+	step := benchEnvDuration("PBX_BENCH_CPS_STEP", 8*time.Second)
+	hold := benchEnvDuration("PBX_BENCH_CPS_HOLD", 100*time.Millisecond)
+	noCDR := os.Getenv("PBX_BENCH_CPS_CDR") == "off"
+	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax, NoCDR: noCDR})
+	pid := p.cmd.Process.Pid
+	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	bobPort := freePort(b)
+	registerUser(b, p, dir, "bob", bobPort)
+	maxCalls := 0
+	for _, r := range rates {
+		maxCalls += r * int(step/time.Second+1)
+	}
+	uas := startSIPpLoad(b, dir, "uas", 30*time.Minute,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", strconv.Itoa(maxCalls),
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+	time.Sleep(300 * time.Millisecond) // let the UAS bind before calls reach it
+	uacPort := freePort(b)
+
+	b.ResetTimer()
+	best, bestFail, bestDone := 0.0, 0.0, 0.0
+	var bestStats sippStats
+	for i, rate := range rates {
+		if i > 0 {
+			// Let the previous step's calls end and their ports leave quarantine.
+			time.Sleep(6 * time.Second)
+		}
+		n := rate * int(step/time.Second)
+		name := fmt.Sprintf("uac%d", rate)
+		cpu0, t0 := cpuTime(b, pid), time.Now()
+		uac := startSIPpLoad(b, dir, name, step+2*time.Minute,
+			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_call.xml", "-inf", "alice.csv",
+			"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
+			"-r", strconv.Itoa(rate), "-rp", "1000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(rate*10),
+			"-d", strconv.Itoa(int(hold/time.Millisecond)), "-recv_timeout", "10000",
+			"-p", strconv.Itoa(uacPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+		uac.wait()
+		elapsed := time.Since(t0)
+		pbxCPU := cpuTime(b, pid) - cpu0
+		s := uac.stats(b, dir)
+		// Calls are created over n/rate seconds when SIPp and the PBX keep
+		// up; the last one ends a hold and a setup later.
+		window := s.Elapsed() - hold
+		done := float64(s.OK) / window.Seconds()
+		fail := percent(float64(s.Failed), float64(s.Created))
+		sustained := s.Created == n && fail < 1 && window <= time.Duration(float64(step)*1.1)+time.Second
+		b.Logf("offered %d/s: %d calls, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f completed/s over %s; setup mean %s, p99 under %s; pbx cpu %.0f%%, sipp uac cpu %.0f%%; sustained: %t",
+			rate, s.Created, s.OK, s.Failed, fail, s.Retrans, done, window.Round(time.Millisecond), s.Setup.Round(10*time.Microsecond), bucketString(s.SetupP99),
+			percent(pbxCPU.Seconds(), elapsed.Seconds()), percent(uac.cpu().Seconds(), elapsed.Seconds()), sustained)
+		if s.Failed > 0 {
+			b.Logf("%s errors:\n%s", name, tail(readFileString(filepath.Join(dir, name+".errors.log")), 8))
+		}
+		if !sustained {
+			break
+		}
+		best, bestFail, bestDone, bestStats = float64(rate), fail, done, s
+	}
+	b.StopTimer()
+	_ = uas
+	b.ReportMetric(best, "sustained_calls/s")
+	b.ReportMetric(bestDone, "completed_calls/s")
+	b.ReportMetric(bestFail, "fail_%")
+	b.ReportMetric(float64(bestStats.Setup.Microseconds())/1000, "setup_mean_ms")
+	if best > 0 {
+		b.ReportMetric(1e9/best, "ns/op")
+	}
+}
+
+func bucketString(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "(beyond the last bucket)"
+	case d == 0:
+		return "-"
+	}
+	return d.String()
+}
+
+// BenchmarkConcurrentCallsRelay: PBX_BENCH_CALLS calls (default 100) up at
+// once for PBX_BENCH_HOLD (default 20s), each with RTP both ways through the
+// PBX: the caller's SIPp plays 20ms PCMA packets for the whole hold and the
+// callee's SIPp echoes them. Reports the resident memory per concurrent call
+// (VmRSS of the pbx with every call up minus before the first), the pbx CPU
+// while every call is up (in all and per relayed packet), and the loss the PBX's "media stats" lines show:
+// in_% is the share of the packets sent that reached the PBX, relay_loss_% the
+// share of packets received that the PBX did not send on, and
+// roundtrip_loss_% the share of the packets sent whose echo the PBX sent back
+// to the caller.
+func BenchmarkConcurrentCallsRelay(b *testing.B) {
+	n := benchEnvInt("PBX_BENCH_CALLS", 100)
+	hold := benchEnvDuration("PBX_BENCH_HOLD", 20*time.Second)
+	rate := min(max(n/5, 20), 200) // calls set up per second while ramping
+	ramp := time.Duration(n/rate+1) * time.Second
+	if hold < ramp+5*time.Second {
+		b.Fatalf("PBX_BENCH_HOLD %s is too short for %d calls set up at %d/s: give at least %s", hold, n, rate, ramp+5*time.Second)
+	}
+	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax})
+	pid := p.cmd.Process.Pid
+	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	// The caller plays until a second before its BYE, so every packet is sent
+	// while the call is up.
+	packets := int((hold - time.Second) / (20 * time.Millisecond))
+	if err := writeRTPCapture(filepath.Join(dir, "hold.pcap"), packets); err != nil {
+		b.Fatal(err)
+	}
+	bobPort := freePort(b)
+	registerUser(b, p, dir, "bob", bobPort)
+	uas := startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", strconv.Itoa(n),
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-rtp_echo", "-t", "u1")
+	time.Sleep(300 * time.Millisecond)
+	rssBefore := rssKB(b, pid)
+
+	b.ResetTimer()
+	uac := startSIPpLoad(b, dir, "uac", hold+ramp+2*time.Minute,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_hold.xml", "-inf", "alice.csv",
+		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
+		"-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n), "-d", strconv.Itoa(int(hold/time.Millisecond)),
+		"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+	inflight := filepath.Join(p.dataDir, "demo", "cdr", "inflight")
+	answered := func() int {
+		es, _ := os.ReadDir(inflight)
+		return len(es)
+	}
+	deadline := time.Now().Add(ramp + 10*time.Second)
+	for answered() < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d calls up after %s\ncaller errors:\n%s\npbx log:\n%s", answered(), n, ramp+10*time.Second,
+				tail(readFileString(filepath.Join(dir, "uac.errors.log")), 10), tail(p.log.String(), 20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // let every relay reach its steady state
+	cpu0 := cpuTime(b, pid)
+	window := min(5*time.Second, hold-ramp-3*time.Second)
+	time.Sleep(window)
+	pbxCPU := cpuTime(b, pid) - cpu0
+	rssUp := rssKB(b, pid)
+	up := answered()
+	if code := uac.wait(); code != 0 {
+		s := uac.stats(b, dir)
+		b.Logf("caller: sipp exit %d, %d of %d calls failed\n%s", code, s.Failed, s.Created, tail(readFileString(filepath.Join(dir, "uac.errors.log")), 10))
+	}
+	b.StopTimer()
+	_ = uas
+
+	// Every call's media stats line, logged when it ends.
+	var lines []string
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		lines = lines[:0]
+		for _, l := range strings.Split(p.log.String(), "\n") {
+			if strings.Contains(l, "media stats") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(lines) < n {
+		b.Errorf("%d media stats lines, want %d", len(lines), n)
+	}
+	var tot map[string]int64 = map[string]int64{}
+	for _, l := range lines {
+		for _, f := range strings.Fields(l) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok || !strings.Contains(k, "packets_") {
+				continue
+			}
+			x, _ := strconv.ParseInt(v, 10, 64)
+			tot[k] += x
+		}
+	}
+	sent := float64(len(lines) * packets)
+	in := float64(tot["caller_packets_in"] + tot["callee_packets_in"])
+	out := float64(tot["caller_packets_out"] + tot["callee_packets_out"])
+	b.ReportMetric(float64(up), "calls_up")
+	b.ReportMetric(float64(rssUp-rssBefore)/float64(up), "rss_kB/call")
+	b.ReportMetric(percent(pbxCPU.Seconds(), window.Seconds()), "pbx_cpu_%")
+	// Each call relays 50 packets a second each way while up.
+	b.ReportMetric(float64(pbxCPU.Nanoseconds())/(window.Seconds()*float64(up)*100), "cpu_ns/packet")
+	b.ReportMetric(percent(float64(tot["caller_packets_in"]), sent), "in_%")
+	b.ReportMetric(percent(in-out, in), "relay_loss_%")
+	b.ReportMetric(percent(sent-float64(tot["caller_packets_out"]), sent), "roundtrip_loss_%")
+	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v",
+		up, len(lines), hold, packets, rssBefore, rssUp, tot)
+}
+
+// requireWrk fails (never skips) when wrk is missing, with the command to install it.
+func requireWrk(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("wrk")
+	if err != nil {
+		t.Fatal("wrk is not installed: run `apt-get install wrk` (Debian package wrk)")
+	}
+	return p
+}
+
+// wrkResult is what a wrk --latency run printed.
+type wrkResult struct {
+	Requests   int
+	PerSecond  float64
+	P50, P99   time.Duration
+	Non2xx     int
+	SocketErrs string
+}
+
+// runWrk loads url with wrk for d over conns connections and two threads.
+func runWrk(t testing.TB, url string, d time.Duration, conns int) wrkResult {
+	t.Helper()
+	bin := requireWrk(t)
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-t", "2", "-c", strconv.Itoa(conns), "-d", fmt.Sprintf("%ds", int(d/time.Second)),
+		"--latency", "-H", "Authorization: Bearer "+testToken, url).CombinedOutput()
+	if err != nil {
+		t.Fatalf("wrk: %v\n%s", err, out)
+	}
+	var r wrkResult
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[0] == "50%":
+			r.P50 = parseWrkDuration(t, f[1])
+		case len(f) == 2 && f[0] == "99%":
+			r.P99 = parseWrkDuration(t, f[1])
+		case len(f) >= 2 && f[0] == "Requests/sec:":
+			r.PerSecond, _ = strconv.ParseFloat(f[1], 64)
+		case len(f) >= 3 && f[1] == "requests" && f[2] == "in":
+			r.Requests, _ = strconv.Atoi(f[0])
+		case strings.HasPrefix(strings.TrimSpace(l), "Non-2xx or 3xx responses:"):
+			r.Non2xx, _ = strconv.Atoi(f[len(f)-1])
+		case strings.HasPrefix(strings.TrimSpace(l), "Socket errors:"):
+			r.SocketErrs = strings.TrimSpace(l)
+		}
+	}
+	if r.Requests == 0 || r.PerSecond == 0 || r.P99 == 0 {
+		t.Fatalf("wrk output not understood:\n%s", out)
+	}
+	return r
+}
+
+// parseWrkDuration reads wrk's latency figures: 812.00us, 1.23ms, 2.01s, 1.50m.
+func parseWrkDuration(t testing.TB, s string) time.Duration {
+	t.Helper()
+	for _, u := range []struct {
+		suffix string
+		unit   time.Duration
+	}{{"us", time.Microsecond}, {"ms", time.Millisecond}, {"s", time.Second}, {"m", time.Minute}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				break
+			}
+			return time.Duration(f * float64(u.unit))
+		}
+	}
+	t.Fatalf("wrk latency %q not understood", s)
+	return 0
+}
+
+// benchWrk warms url up, then measures it with wrk for PBX_BENCH_WRK_DURATION
+// (default 10s) over PBX_BENCH_WRK_CONNS connections (default 16), and
+// reports requests per second, p50 and p99 latency and the pbx's CPU.
+func benchWrk(b *testing.B, p *pbxProc, path string) {
+	d := benchEnvDuration("PBX_BENCH_WRK_DURATION", 10*time.Second)
+	conns := benchEnvInt("PBX_BENCH_WRK_CONNS", 16)
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", p.apiPort, path)
+	runWrk(b, url, 2*time.Second, conns)
+	pid := p.cmd.Process.Pid
+	b.ResetTimer()
+	cpu0, t0 := cpuTime(b, pid), time.Now()
+	r := runWrk(b, url, d, conns)
+	elapsed := time.Since(t0)
+	pbxCPU := cpuTime(b, pid) - cpu0
+	b.StopTimer()
+	if r.Non2xx > 0 || r.SocketErrs != "" {
+		b.Errorf("%d responses were not 2xx; %s", r.Non2xx, r.SocketErrs)
+	}
+	b.ReportMetric(1e9/r.PerSecond, "ns/op")
+	b.ReportMetric(r.PerSecond, "requests/s")
+	b.ReportMetric(float64(r.P50.Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(r.P99.Microseconds())/1000, "p99_ms")
+	b.ReportMetric(percent(pbxCPU.Seconds(), elapsed.Seconds()), "pbx_cpu_%")
+	b.Logf("wrk -t2 -c%d -d%s --latency %s: %d requests", conns, d, url, r.Requests)
+}
+
+// BenchmarkAPIStatus: GET /v1/status under wrk (see benchWrk), with the
+// token's rate limit raised out of the way.
+func BenchmarkAPIStatus(b *testing.B) {
+	requireWrk(b)
+	p := startPBX(b, pbxConfig{APIPort: freePort(b), APIRate: 1e12, LogLevel: "info", NoCDR: true})
+	benchWrk(b, p, "/v1/status")
+}
+
+// BenchmarkAPICDRPage: GET /v1/cdr?tenant=demo&limit=100 under wrk (see
+// benchWrk) over a year of call history of tenant demo: PBX_BENCH_CDR_CALLS
+// calls (default 1,000,000) spread evenly over the 365 days up to now,
+// written to the data directory before the PBX starts. Every call has its
+// index line; the calls of the newest days also have their record file, as
+// startup recovery drops index lines without a record in those days.
+func BenchmarkAPICDRPage(b *testing.B) {
+	requireWrk(b)
+	n := benchEnvInt("PBX_BENCH_CDR_CALLS", 1_000_000)
+	dataDir := filepath.Join(b.TempDir(), "data")
+	t0 := time.Now()
+	if err := writeCallHistory(dataDir, "demo", n, time.Now().Add(-time.Minute)); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("wrote %d calls over 365 days in %s", n, time.Since(t0).Round(time.Millisecond))
+	p := startPBX(b, pbxConfig{APIPort: freePort(b), APIRate: 1e12, LogLevel: "info", DataDir: dataDir})
+	// The page is full and the records are the generated ones, so wrk measures a real page.
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/v1/cdr?tenant=demo&limit=100", p.apiPort), nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var page struct {
+		Records []struct {
+			From string `json:"from"`
+		} `json:"records"`
+		Next string `json:"next_cursor"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&page)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || len(page.Records) != 100 || page.Next == "" || !strings.HasPrefix(page.Records[0].From, "+1555") {
+		b.Fatalf("first page: status %d, %d records, cursor %q, err %v", res.StatusCode, len(page.Records), page.Next, err)
+	}
+	benchWrk(b, p, "/v1/cdr?tenant=demo&limit=100")
+}
+
+// writeCallHistory writes n calls of tenant spread evenly over the 365 days
+// before end, in the layout of appliance/cdr: a day's index.jsonl with one
+// line per call, and the record files of the newest days (those recovery
+// checks at startup). Day directories follow the local time zone, which the
+// PBX under test uses for a tenant without one.
+func writeCallHistory(dataDir, tenant string, n int, end time.Time) error {
+	store, err := cdr.New(cdr.Options{DataDir: dataDir, Location: func(string) *time.Location { return time.Local }}, nil)
+	if err != nil {
+		return err
+	}
+	span := 365 * 24 * time.Hour
+	recordsFrom := end.Add(-5 * 24 * time.Hour)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var dir string
+	var buf []byte
+	flush := func() error {
+		if dir == "" || len(buf) == 0 {
+			return nil
+		}
+		f, err := os.OpenFile(filepath.Join(dir, cdr.IndexFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(buf)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		buf = buf[:0]
+		return err
+	}
+	directions := []cdr.Direction{cdr.Inbound, cdr.Outbound, cdr.Internal}
+	for i := range n {
+		start := end.Add(-span + time.Duration(int64(span)/int64(n)*int64(i)))
+		r := cdr.NewRecord(tenant, directions[rng.IntN(3)], start)
+		r.From = fmt.Sprintf("+1555%07d", rng.IntN(10_000_000))
+		r.To = fmt.Sprintf("+1666%07d", rng.IntN(10_000_000))
+		r.Extension = strconv.Itoa(100 + rng.IntN(50))
+		if r.Direction == cdr.Inbound {
+			r.DID, r.Trunk = r.To, "carrier-a"
+		}
+		stop := r.Start.Add(time.Duration(rng.IntN(600_000)) * time.Millisecond)
+		if rng.IntN(4) != 0 {
+			r.SetAnswer(r.Start.Add(3*time.Second), r.Extension)
+			r.Finish(stop.Add(3*time.Second), cdr.CauseAnswered, 200, "")
+		} else {
+			r.Finish(stop, cdr.CauseNoAnswer, 487, "")
+		}
+		r.DurationMS = r.End.Sub(r.Start).Milliseconds()
+		path := store.RecordPath(tenant, r.ID, r.Start)
+		if d := filepath.Dir(path); d != dir {
+			if err := flush(); err != nil {
+				return err
+			}
+			dir = d
+			if err := os.MkdirAll(dir, 0o750); err != nil {
+				return err
+			}
+		}
+		if !r.Start.Before(recordsFrom) {
+			j, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(path, j, 0o640); err != nil {
+				return err
+			}
+		}
+		buf = r.Entry().AppendLine(buf)
+	}
+	return flush()
+}
