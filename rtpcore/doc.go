@@ -29,7 +29,8 @@
 //     16-bit PCM) and a stereo WAV writer.
 //
 // SDP parsing, codec negotiation and the PBX's offers and answers live in
-// the subpackage rtpcore/sdp.
+// the subpackage rtpcore/sdp; Leg.ApplySDP points a leg at the far end a
+// parsed description names.
 //
 // It does not know SIP, tenants, configuration documents or HTTP; the B2BUA
 // drives it.

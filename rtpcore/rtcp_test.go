@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"pbx/rtpcore/sdp"
 )
 
 // rtcpRR is a minimal receiver report: V=2, RC=0, PT=201, length 1.
@@ -129,5 +131,28 @@ func TestPortPoolPairSkipsBusyRTCPPort(t *testing.T) {
 	p.Release(rtp)
 	if p.InUse() != 0 {
 		t.Errorf("in use %d", p.InUse())
+	}
+}
+
+func TestApplySDP(t *testing.T) {
+	e := newEngine(t, Options{})
+	s, _ := e.NewSession(SessionOptions{})
+	l, _ := s.NewLeg("caller")
+	d, err := sdp.Parse([]byte("v=0\r\nc=IN IP4 192.0.2.7\r\nm=audio 7000 RTP/AVP 8 96\r\na=rtpmap:96 telephone-event/8000\r\na=rtcp:7005\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.ApplySDP(d)
+	if l.Remote() != netip.MustParseAddrPort("192.0.2.7:7000") || l.RTCPRemote() != netip.MustParseAddrPort("192.0.2.7:7005") || l.TelephoneEventPT() != 96 {
+		t.Errorf("remote %v rtcp %v te %d", l.Remote(), l.RTCPRemote(), l.TelephoneEventPT())
+	}
+	plain, _ := sdp.Parse([]byte("v=0\r\nc=IN IP4 192.0.2.8\r\nm=audio 8000 RTP/AVP 0\r\n"))
+	l.ApplySDP(plain)
+	if l.Remote() != netip.MustParseAddrPort("192.0.2.8:8000") || l.RTCPRemote() != netip.MustParseAddrPort("192.0.2.8:8001") || l.TelephoneEventPT() != -1 {
+		t.Errorf("remote %v rtcp %v te %d", l.Remote(), l.RTCPRemote(), l.TelephoneEventPT())
+	}
+	l.ApplySDP(nil) // no effect
+	if l.Remote() != netip.MustParseAddrPort("192.0.2.8:8000") {
+		t.Error("nil description changed the remote")
 	}
 }
