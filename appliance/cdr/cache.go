@@ -129,21 +129,23 @@ func (c *dayCache) view(path string, f *filter, load bool) (dayView, error) {
 	defer st.mu.Unlock()
 
 	have := c.entriesOf(st)
+	var err2 error
 	switch {
 	case st.fi != nil && os.SameFile(st.fi, fi) && fi.Size() == st.seen && fi.ModTime().Equal(st.fi.ModTime()) && (!load || have != nil):
 		// unchanged
 	case st.fi != nil && os.SameFile(st.fi, fi) && fi.Size() > st.seen && (!load || have != nil) && !st.sum.bloom.overfull():
-		if err := c.tail(st, fi, have); err != nil {
-			return dayView{}, err
-		}
+		have, err2 = c.tail(st, fi, have)
 	default:
-		if err := c.full(st, fi, load); err != nil {
-			return dayView{}, err
-		}
+		have, err2 = c.full(st, fi, load)
 	}
+	if err2 != nil {
+		return dayView{}, err2
+	}
+	// have is this refresh's snapshot: the cache may evict the day at any
+	// time, the snapshot stays valid.
 	v := dayView{pass: st.sum.match(f), minMS: st.sum.minMS, maxMS: st.sum.maxMS}
 	if load && v.pass {
-		v.entries = c.entriesOf(st)
+		v.entries = have
 	}
 	return v, nil
 }
@@ -151,13 +153,13 @@ func (c *dayCache) view(path string, f *filter, load bool) (dayView, error) {
 // full reads the whole index file. The parsed lines are kept only when
 // asked for, so a scan of summaries (a selective filter, Warm) does not push
 // the days in use out of the cache.
-func (c *dayCache) full(st *dayState, fi os.FileInfo, keep bool) error {
+func (c *dayCache) full(st *dayState, fi os.FileInfo, keep bool) ([]Entry, error) {
 	data, err := os.ReadFile(st.path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			data = nil
 		} else {
-			return err
+			return nil, err
 		}
 	}
 	consumed := bytes.LastIndexByte(data, '\n') + 1
@@ -191,20 +193,20 @@ func (c *dayCache) full(st *dayState, fi os.FileInfo, keep bool) error {
 		c.dropEntriesLocked(st)
 		c.mu.Unlock()
 	}
-	return nil
+	return es, nil
 }
 
 // tail reads what was appended since the last refresh.
-func (c *dayCache) tail(st *dayState, fi os.FileInfo, have []Entry) error {
+func (c *dayCache) tail(st *dayState, fi os.FileInfo, have []Entry) ([]Entry, error) {
 	f, err := os.Open(st.path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 	buf := make([]byte, fi.Size()-st.consumed)
 	n, err := f.ReadAt(buf, st.consumed)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return err
+		return nil, err
 	}
 	buf = buf[:n]
 	end := bytes.LastIndexByte(buf, '\n') + 1
@@ -234,12 +236,13 @@ func (c *dayCache) tail(st *dayState, fi os.FileInfo, have []Entry) error {
 		es = append(es, add...)
 		sortEntries(&es)
 		c.setEntries(st, es)
+		return es, nil
 	} else if len(add) > 0 {
 		c.mu.Lock()
 		c.dropEntriesLocked(st)
 		c.mu.Unlock()
 	}
-	return nil
+	return have, nil
 }
 
 // sortEntries orders newest first by (start, id) and removes duplicate ids
