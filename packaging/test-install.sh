@@ -66,13 +66,20 @@ check() {
 for tool in dpkg dpkg-deb go timeout sha256sum; do
 	command -v "$tool" >/dev/null 2>&1 || die "$tool is missing"
 done
-if ! command -v debootstrap >/dev/null 2>&1; then
-	say "installing debootstrap"
-	export DEBIAN_FRONTEND=noninteractive
-	if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }; then
-		die "cannot install debootstrap; run: apt-get install debootstrap"
+# need COMMAND PACKAGE: installs PACKAGE with apt-get when COMMAND is missing,
+# refreshing the package lists once per run.
+apt_updated=
+need() {
+	command -v "$1" >/dev/null 2>&1 && return 0
+	say "installing $2"
+	if [ -z "$apt_updated" ]; then
+		apt-get update -qq >/dev/null 2>&1 || true
+		apt_updated=yes
 	fi
-fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null ||
+		die "cannot install $2; run: apt-get install $2"
+}
+need debootstrap debootstrap
 arch=$(dpkg --print-architecture)
 
 # ---------------------------------------------------------------- work area --
@@ -80,6 +87,7 @@ arch=$(dpkg --print-architecture)
 work=$(mktemp -d /var/tmp/pbx-test.XXXXXX)
 daemon=
 container=
+init=
 mounted=
 
 cleanup() {
@@ -88,8 +96,7 @@ cleanup() {
 		kill -KILL "$daemon" 2>/dev/null || true
 	fi
 	if [ -n "$container" ]; then
-		kill -KILL "$container" 2>/dev/null || true
-		wait "$container" 2>/dev/null || true
+		kill_container
 	fi
 	for m in $mounted; do
 		umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
@@ -417,12 +424,21 @@ low_port_dropin() {
 	sed -n '/^#   \[Service\]/,/^#   PrivateUsers=no/s/^#   //p' "$root/usr/lib/systemd/system/pbx.service"
 }
 
+# child_of PID: a child process of PID (read from /proc: procps may be missing).
+child_of() {
+	for stat in /proc/[0-9]*/stat; do
+		# The fourth field, after the parenthesised command name, is the parent.
+		ppid=$(sed 's/.*) [A-Za-z] \([0-9]*\) .*/\1/' "$stat" 2>/dev/null) || continue
+		if [ "$ppid" = "$1" ]; then
+			pid=${stat#/proc/}
+			echo "${pid%/stat}"
+			return 0
+		fi
+	done
+}
+
 boot_container() {
-	if ! command -v systemd-nspawn >/dev/null 2>&1; then
-		say "installing systemd-container (systemd-nspawn)"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd-container >/dev/null ||
-			die "cannot install systemd-container; run: apt-get install systemd-container"
-	fi
+	need systemd-nspawn systemd-container
 	# Without systemd on the host there is no manager to create a scope for it.
 	keep=
 	[ -d /run/systemd/system ] || keep=--keep-unit
@@ -433,13 +449,31 @@ boot_container() {
 	n=0
 	while [ -z "$init" ] && [ $n -lt 100 ]; do
 		sleep 0.1
-		init=$(ps -o pid= --ppid "$container" 2>/dev/null | tr -d ' ' | head -n 1)
+		init=$(child_of "$container")
 		n=$((n + 1))
 	done
 	if [ -z "$init" ] || ! wait_for 60 booted_up; then
 		tail -n 20 "$work/nspawn.log" >&2
 		die "the booted root did not come up (systemd-nspawn); PBX_TEST_ROOTS=\"systemd plain\" skips this part"
 	fi
+}
+
+# kill_container: ends the container at once. Killing its init ends every process
+# in its PID namespace; killing only systemd-nspawn would leave them running. While
+# systemd-nspawn lives, its child's pid cannot belong to anyone else.
+kill_container() {
+	if [ -n "$init" ] && kill -0 "$container" 2>/dev/null; then
+		kill -KILL "$init" 2>/dev/null || true
+	fi
+	n=0
+	while kill -0 "$container" 2>/dev/null && [ $n -lt 50 ]; do
+		sleep 0.2
+		n=$((n + 1))
+	done
+	kill -KILL "$container" 2>/dev/null || true
+	wait "$container" 2>/dev/null || true
+	container=
+	init=
 }
 
 stop_container() {
@@ -449,9 +483,7 @@ stop_container() {
 		sleep 0.2
 		n=$((n + 1))
 	done
-	kill -KILL "$container" 2>/dev/null || true
-	wait "$container" 2>/dev/null || true
-	container=
+	kill_container
 }
 
 test_booted() {
@@ -468,7 +500,8 @@ test_booted() {
 	check "pbx.service enabled" is "$(in_booted systemctl is-enabled pbx.service)" enabled
 	check "pbx.service active after install (Type=notify: READY=1 arrived)" \
 		is "$(in_booted systemctl is-active pbx.service)" active
-	check "runs as pbx" is "$(in_booted ps -o user= -p "$(prop MainPID)" 2>/dev/null || prop User)" pbx
+	# /proc/PID belongs to the process's user.
+	check "runs as pbx" is "$(in_booted stat -c %U "/proc/$(prop MainPID)")" pbx
 	if sip_ok 5060; then
 		check "pbx answers OPTIONS on 127.0.0.1:5060: $(cat "$work/sipping.log")" true
 	else
@@ -584,11 +617,7 @@ test_booted() {
 
 test_rpm() {
 	say "--- root: rpm (rpm --root in a bare root)"
-	if ! command -v rpm >/dev/null 2>&1; then
-		say "installing rpm"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rpm >/dev/null ||
-			die "cannot install rpm; run: apt-get install rpm"
-	fi
+	need rpm rpm
 	# shellcheck disable=SC2012 # names are ours: pbx-VERSION-1.ARCH.rpm
 	old_rpm=$(ls "$(dirname "$old_deb")"/pbx-"$old_upstream"-1.*.rpm 2>/dev/null | head -n 1 || true)
 	# shellcheck disable=SC2012
