@@ -703,10 +703,15 @@ func TestMediaTimeoutDisabledAndRearmed(t *testing.T) {
 		t.Fatal("fired while disabled")
 	case <-time.After(900 * time.Millisecond):
 	}
-	// Re-armed after the silence already exceeds it: fires.
+	// Re-armed after a silence longer than the timeout (resume after a
+	// hold): it counts from the re-arming, then fires.
+	armed := time.Now()
 	s.SetMediaTimeout(300 * time.Millisecond)
 	select {
 	case <-fired:
+		if since := time.Since(armed); since < 300*time.Millisecond {
+			t.Errorf("fired %v after re-arming", since)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("re-armed timeout did not fire")
 	}

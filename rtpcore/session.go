@@ -38,6 +38,7 @@ type Session struct {
 	onTimeout func(*Session, time.Duration)
 	timer     *time.Timer
 	fired     bool
+	armedAt   int64 // engine mono time of the last SetMediaTimeout
 }
 
 // NewSession opens a media session. It allocates no port until NewLeg.
@@ -150,8 +151,10 @@ func (s *Session) Idle() time.Duration {
 }
 
 // SetMediaTimeout changes the silence after which OnTimeout is called;
-// zero or negative disables it (for example while a call is on hold). The
-// callback fires at most once per arming.
+// zero or negative disables it (for example while a call is on hold).
+// Silence is counted from the last packet or from this call, whichever is
+// later, so re-arming on resume after a long hold does not fire at once.
+// The callback fires at most once per arming.
 func (s *Session) SetMediaTimeout(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,14 +164,17 @@ func (s *Session) SetMediaTimeout(d time.Duration) {
 	}
 	s.timeout = d
 	s.fired = false
+	s.armedAt = s.e.mono(time.Now())
 	if d <= 0 || s.closed || s.onTimeout == nil {
 		return
 	}
-	wait := d - s.Idle()
-	if wait < 0 {
-		wait = 0
-	}
-	s.timer = time.AfterFunc(wait, s.checkTimeout)
+	s.timer = time.AfterFunc(d, s.checkTimeout)
+}
+
+// silence is how long the session has been silent since it was armed.
+func (s *Session) silence() time.Duration {
+	since := max(s.last.Load(), s.armedAt)
+	return time.Duration(s.e.mono(time.Now()) - since)
 }
 
 func (s *Session) checkTimeout() {
@@ -177,7 +183,7 @@ func (s *Session) checkTimeout() {
 		s.mu.Unlock()
 		return
 	}
-	idle := s.Idle()
+	idle := s.silence()
 	if idle < s.timeout {
 		s.timer.Reset(s.timeout - idle)
 		s.mu.Unlock()
