@@ -259,11 +259,15 @@ func nodeCounts(root *yaml.Node) (plain, expanded int) {
 			}
 			return walk(n.Alias)
 		}
-		if size, ok := memo[n]; ok {
-			return size
+		// Only an anchored node can be reached twice (through aliases), so only
+		// anchored nodes are remembered.
+		if n.Anchor != "" {
+			if size, ok := memo[n]; ok {
+				return size
+			}
+			memo[n] = 1 // in progress: a cycle counts once
 		}
 		plain++
-		memo[n] = 1 // in progress: a cycle counts once
 		size := 1
 		for _, c := range n.Content {
 			if c.Kind == yaml.AliasNode {
@@ -271,7 +275,9 @@ func nodeCounts(root *yaml.Node) (plain, expanded int) {
 			}
 			size = min(size+walk(c), ceiling)
 		}
-		memo[n] = size
+		if n.Anchor != "" {
+			memo[n] = size
+		}
 		return size
 	}
 	expanded = walk(root)
