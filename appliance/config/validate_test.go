@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestDataDirWithoutSystem: with no System document at all, a tenant that needs
@@ -115,5 +116,35 @@ func TestUnknownNamesWithNoneDefined(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestParseExpires(t *testing.T) {
+	for in, want := range map[string]string{
+		"2030-12-31":                "2030-12-31T23:59:59.999999999Z",
+		"2030-06-30T12:00:00Z":      "2030-06-30T12:00:00Z",
+		"2030-06-30T12:00:00+02:00": "2030-06-30T12:00:00+02:00",
+	} {
+		got, err := ParseExpires(in)
+		if err != nil || got.Format(time.RFC3339Nano) != want {
+			t.Errorf("ParseExpires(%q) = %v, %v; want %s", in, got.Format(time.RFC3339Nano), err, want)
+		}
+	}
+	for _, in := range []string{"", "2030-12-31T23:59:59", "31.12.2030", "2030-02-30", "tomorrow"} {
+		if _, err := ParseExpires(in); err == nil {
+			t.Errorf("ParseExpires(%q) accepted", in)
+		}
+	}
+}
+
+func TestKnownKeys(t *testing.T) {
+	got := strings.Join(KnownKeys(Webhook{}), ",")
+	if got != "events,secret,secretFile,timeout,url" {
+		t.Errorf("KnownKeys(Webhook{}) = %s", got)
+	}
+	keys := KnownKeys(System{})
+	keys[0] = "changed"
+	if KnownKeys(System{})[0] == "changed" {
+		t.Error("KnownKeys returns the cached slice itself")
 	}
 }
