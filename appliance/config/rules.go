@@ -105,7 +105,7 @@ var rules = map[string]string{
 	"roomservice.secretBoth":   "apiSecret and apiSecretFile both set",
 	"roomservice.sipPort":      "sipPort out of range",
 	"roomservice.sipTransport": "sipTransport tls (refused) or not udp/tcp",
-	"roomservice.transportId":  "transportId names no listener",
+	"roomservice.transportId":  "transportId names no listener, or one of another protocol than sipTransport",
 	"roomservice.matchIps":     "malformed matchIps entry",
 	"roomservice.livekitBoth":  "livekit and roomservice together",
 

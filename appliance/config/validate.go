@@ -881,8 +881,10 @@ func (v *validator) roomService(m *Meta, rs, lk *RoomService) {
 		v.errf(m, path+".sipTransport", "roomservice.sipTransport", "sipTransport must be udp or tcp, not %q", rs.SIPTransport)
 	}
 	if rs.TransportID != "" {
-		if _, ok := v.listeners[rs.TransportID]; !ok {
+		if l, ok := v.listeners[rs.TransportID]; !ok {
 			v.errf(m, path+".transportId", "roomservice.transportId", "no listener has id %q%s", rs.TransportID, suggestFrom(rs.TransportID, v.listenerIDs(), "listeners"))
+		} else if l.Transport != rs.SIPTransport && (rs.SIPTransport == "udp" || rs.SIPTransport == "tcp") {
+			v.errf(m, path+".transportId", "roomservice.transportId", "listener %q is %s but sipTransport is %s", rs.TransportID, l.Transport, rs.SIPTransport)
 		}
 	}
 	v.prefixes(m, path+".matchIps", "roomservice.matchIps", rs.MatchIPs)
