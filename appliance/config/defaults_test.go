@@ -137,16 +137,18 @@ func TestSMTPPortBySecurity(t *testing.T) {
 		{"security: tls\nport: 2465", 2465},
 		{"port: 25", 25},
 	} {
-		cfg, rep := loadFiles(t, map[string]string{
-			"system.yaml": system("smtp:\n  host: mail.example.com\n  from: pbx@example.com\n" + indent(tc.spec, "  ")),
-		}, nil)
-		mustOK(t, rep)
-		if cfg.System.SMTP.Port != tc.port {
-			t.Errorf("%q: port %d, want %d", tc.spec, cfg.System.SMTP.Port, tc.port)
-		}
-		if SMTPPort(cfg.System.SMTP.Security) != map[string]int{"starttls": 587, "tls": 465, "none": 25}[cfg.System.SMTP.Security] {
-			t.Errorf("SMTPPort(%q) = %d", cfg.System.SMTP.Security, SMTPPort(cfg.System.SMTP.Security))
-		}
+		t.Run(caseName(tc.spec), func(t *testing.T) {
+			cfg, rep := loadFiles(t, map[string]string{
+				"system.yaml": system("smtp:\n  host: mail.example.com\n  from: pbx@example.com\n" + indent(tc.spec, "  ")),
+			}, nil)
+			mustOK(t, rep)
+			if cfg.System.SMTP.Port != tc.port {
+				t.Errorf("port %d, want %d", cfg.System.SMTP.Port, tc.port)
+			}
+			if SMTPPort(cfg.System.SMTP.Security) != map[string]int{"starttls": 587, "tls": 465, "none": 25}[cfg.System.SMTP.Security] {
+				t.Errorf("SMTPPort(%q) = %d", cfg.System.SMTP.Security, SMTPPort(cfg.System.SMTP.Security))
+			}
+		})
 	}
 }
 
@@ -221,11 +223,13 @@ func TestUserAgentDefaults(t *testing.T) {
 		{"sip:\n  contactUser: office", "pbx", "office"},
 		{"sip:\n  userAgent: Acme\n  contactUser: \"\"", "Acme", ""},
 	} {
-		cfg, rep := loadFiles(t, map[string]string{"system.yaml": system(tc.spec)}, nil)
-		mustOK(t, rep)
-		if ua, cu := *cfg.System.SIP.UserAgent, *cfg.System.SIP.ContactUser; ua != tc.ua || cu != tc.contact {
-			t.Errorf("%q: userAgent %q contactUser %q; want %q %q", tc.spec, ua, cu, tc.ua, tc.contact)
-		}
+		t.Run(caseName(tc.spec), func(t *testing.T) {
+			cfg, rep := loadFiles(t, map[string]string{"system.yaml": system(tc.spec)}, nil)
+			mustOK(t, rep)
+			if ua, cu := *cfg.System.SIP.UserAgent, *cfg.System.SIP.ContactUser; ua != tc.ua || cu != tc.contact {
+				t.Errorf("userAgent %q contactUser %q; want %q %q", ua, cu, tc.ua, tc.contact)
+			}
+		})
 	}
 }
 
@@ -240,11 +244,13 @@ func TestPacketBurstRaised(t *testing.T) {
 		{"packetBurst: 10", 50, 50},
 		{"packetBurst: 300", 50, 300},
 	} {
-		cfg, rep := loadFiles(t, map[string]string{"system.yaml": system("security:\n" + indent(tc.spec, "  "))}, nil)
-		mustOK(t, rep)
-		if s := cfg.System.Security; s.PacketRate != tc.rate || s.PacketBurst != tc.burst {
-			t.Errorf("%q: rate %v burst %v; want %v %v", tc.spec, s.PacketRate, s.PacketBurst, tc.rate, tc.burst)
-		}
+		t.Run(caseName(tc.spec), func(t *testing.T) {
+			cfg, rep := loadFiles(t, map[string]string{"system.yaml": system("security:\n" + indent(tc.spec, "  "))}, nil)
+			mustOK(t, rep)
+			if s := cfg.System.Security; s.PacketRate != tc.rate || s.PacketBurst != tc.burst {
+				t.Errorf("rate %v burst %v; want %v %v", s.PacketRate, s.PacketBurst, tc.rate, tc.burst)
+			}
+		})
 	}
 }
 
@@ -261,18 +267,20 @@ func TestRateLimitPair(t *testing.T) {
 		{"rateLimit:\n  requestsPerMinute: 100\n  burst: 5", 100, 5, ""},
 		{"rateLimit:\n  requestsPerMinute: -1", -1, 60, "pitfall.rateNegative"},
 	} {
-		cfg, rep := loadFiles(t, map[string]string{"system.yaml": system(api + indent(tc.spec, "  "))}, nil)
-		mustOK(t, rep)
-		if r := cfg.System.API.RateLimit; r.RequestsPerMinute != tc.rpm || r.Burst != tc.burst {
-			t.Errorf("%q: %+v; want %v/%v", tc.spec, r, tc.rpm, tc.burst)
-		}
-		var warned []string
-		for _, w := range rep.Warnings {
-			warned = append(warned, w.Rule)
-		}
-		if strings.Join(warned, ",") != tc.warning {
-			t.Errorf("%q: warnings %v, want %q", tc.spec, warned, tc.warning)
-		}
+		t.Run(caseName(tc.spec), func(t *testing.T) {
+			cfg, rep := loadFiles(t, map[string]string{"system.yaml": system(api + indent(tc.spec, "  "))}, nil)
+			mustOK(t, rep)
+			if r := cfg.System.API.RateLimit; r.RequestsPerMinute != tc.rpm || r.Burst != tc.burst {
+				t.Errorf("%+v; want %v/%v", r, tc.rpm, tc.burst)
+			}
+			var warned []string
+			for _, w := range rep.Warnings {
+				warned = append(warned, w.Rule)
+			}
+			if strings.Join(warned, ",") != tc.warning {
+				t.Errorf("warnings %v, want %q", warned, tc.warning)
+			}
+		})
 	}
 }
 
@@ -287,4 +295,12 @@ func TestDefaultsArePerDocument(t *testing.T) {
 	if b.System.Media.Codecs[0] != "alaw" || b.System.SIP.Transports[0].ID != "udp" || DefaultCodecs[0] != "alaw" {
 		t.Error("defaults are shared between loads")
 	}
+}
+
+// caseName names a subtest after the YAML it loads.
+func caseName(spec string) string {
+	if spec == "" {
+		return "default"
+	}
+	return strings.NewReplacer("\n", "; ", " ", "").Replace(spec)
 }
