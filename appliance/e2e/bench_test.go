@@ -399,7 +399,7 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 		}
 		n := rate * int(step/time.Second)
 		name := fmt.Sprintf("uac%d", rate)
-		cpu0, t0 := cpuTime(b, pid), time.Now()
+		cpu0, uasCPU0, t0 := cpuTime(b, pid), cpuTime(b, uas.cmd.Process.Pid), time.Now()
 		uac := startSIPpLoad(b, dir, name, step+2*time.Minute,
 			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_call.xml", "-inf", "alice.csv",
 			"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
@@ -408,7 +408,7 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 			"-p", strconv.Itoa(uacPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
 		uac.wait()
 		elapsed := time.Since(t0)
-		pbxCPU := cpuTime(b, pid) - cpu0
+		pbxCPU, uasCPU := cpuTime(b, pid)-cpu0, cpuTime(b, uas.cmd.Process.Pid)-uasCPU0
 		s := uac.stats(b, dir)
 		// Calls are created over n/rate seconds when SIPp and the PBX keep
 		// up; the last one ends a hold and a setup later.
@@ -416,9 +416,9 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 		done := float64(s.OK) / window.Seconds()
 		fail := percent(float64(s.Failed), float64(s.Created))
 		sustained := s.Created == n && fail < 1 && window <= time.Duration(float64(step)*1.1)+time.Second
-		b.Logf("offered %d/s: %d calls, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f completed/s over %s; setup mean %s, p99 under %s; pbx cpu %.0f%%, sipp uac cpu %.0f%%; sustained: %t",
+		b.Logf("offered %d/s: %d calls, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f completed/s over %s; setup mean %s, p99 under %s; pbx cpu %.0f%%, sipp uac %.0f%%, uas %.0f%%; sustained: %t",
 			rate, s.Created, s.OK, s.Failed, fail, s.Retrans, done, window.Round(time.Millisecond), s.Setup.Round(10*time.Microsecond), bucketString(s.SetupP99),
-			percent(pbxCPU.Seconds(), elapsed.Seconds()), percent(uac.cpu().Seconds(), elapsed.Seconds()), sustained)
+			percent(pbxCPU.Seconds(), elapsed.Seconds()), percent(uac.cpu().Seconds(), elapsed.Seconds()), percent(uasCPU.Seconds(), elapsed.Seconds()), sustained)
 		if s.Failed > 0 {
 			b.Logf("%s errors:\n%s", name, tail(readFileString(filepath.Join(dir, name+".errors.log")), 8))
 		}
@@ -428,7 +428,6 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 		best, bestFail, bestDone, bestStats = float64(rate), fail, done, s
 	}
 	b.StopTimer()
-	_ = uas
 	b.ReportMetric(best, "sustained_calls/s")
 	b.ReportMetric(bestDone, "completed_calls/s")
 	b.ReportMetric(bestFail, "fail_%")
