@@ -4,7 +4,7 @@
 # Usage: packaging/build-packages.sh        (what `make package` runs)
 #
 # Expects bin/pbx and bin/pbxctl from `make build`. Generates shell completions
-# (`pbxctl completion bash|zsh|fish`) and man pages (`pbx man DIR`, `pbxctl man
+# (`pbx[ctl] completion bash|zsh|fish`) and man pages (`pbx man DIR`, `pbxctl man
 # DIR`, and the hand-written pbx(1)) into a staging directory, then runs nfpm from
 # the Go module proxy.
 #
@@ -88,7 +88,8 @@ PBX_CONFIG_DIR=${PBX_CONFIG_DIR:-packaging/config}
 
 PBX_STAGE=$(mktemp -d)
 trap 'rm -rf "$PBX_STAGE"' EXIT INT TERM
-mkdir -p "$PBX_STAGE/completions" "$PBX_STAGE/man/man1" "$PBX_STAGE/gen" "$PBX_STAGE/examples"
+mkdir -p "$PBX_STAGE/completions/bash" "$PBX_STAGE/completions/zsh" "$PBX_STAGE/completions/fish" \
+	"$PBX_STAGE/man/man1" "$PBX_STAGE/gen" "$PBX_STAGE/examples"
 
 # Example configurations, when the tree has them.
 if [ -d "$PBX_CONFIG_DIR/examples" ]; then
@@ -97,12 +98,15 @@ else
 	echo "build-packages: warning: $PBX_CONFIG_DIR/examples/ is missing; the package ships no examples" >&2
 fi
 
-# Completions and man pages come from the same command tree the admin runs.
-bin/pbxctl completion bash >"$PBX_STAGE/completions/pbxctl.bash" || die "bin/pbxctl completion bash failed"
-bin/pbxctl completion zsh >"$PBX_STAGE/completions/_pbxctl" || die "bin/pbxctl completion zsh failed"
-bin/pbxctl completion fish >"$PBX_STAGE/completions/pbxctl.fish" || die "bin/pbxctl completion fish failed"
-for f in pbxctl.bash _pbxctl pbxctl.fish; do
-	[ -s "$PBX_STAGE/completions/$f" ] || die "bin/pbxctl wrote an empty completion script $f"
+# Completions and man pages come from the same command trees the admin runs, named
+# as each shell looks them up.
+for b in pbxctl pbx; do
+	bin/$b completion bash >"$PBX_STAGE/completions/bash/$b" || die "bin/$b completion bash failed"
+	bin/$b completion zsh >"$PBX_STAGE/completions/zsh/_$b" || die "bin/$b completion zsh failed"
+	bin/$b completion fish >"$PBX_STAGE/completions/fish/$b.fish" || die "bin/$b completion fish failed"
+	for f in "bash/$b" "zsh/_$b" "fish/$b.fish"; do
+		[ -s "$PBX_STAGE/completions/$f" ] || die "bin/$b wrote an empty completion script $f"
+	done
 done
 bin/pbx man "$PBX_STAGE/gen" >/dev/null || die "bin/pbx man DIR failed (the hidden man-page command)"
 bin/pbxctl man "$PBX_STAGE/gen" >/dev/null || die "bin/pbxctl man DIR failed (the hidden man-page command)"

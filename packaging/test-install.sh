@@ -301,9 +301,12 @@ test_root() {
 	for f in /usr/lib/systemd/system/pbx.service /usr/lib/sysusers.d/pbx.conf \
 		/usr/lib/tmpfiles.d/pbx.conf /usr/share/man/man1/pbx.1.gz /usr/share/man/man1/pbxctl.1.gz \
 		/usr/share/bash-completion/completions/pbxctl /usr/share/zsh/vendor-completions/_pbxctl \
-		/usr/share/fish/vendor_completions.d/pbxctl.fish; do
+		/usr/share/fish/vendor_completions.d/pbxctl.fish /usr/share/bash-completion/completions/pbx; do
 		check "$f installed" [ -s "$root$f" ]
 	done
+	# shellcheck disable=SC2016 # expanded by bash in the root
+	check "bash completion for pbxctl loads" quiet in_root bash -c \
+		'. /usr/share/bash-completion/completions/pbxctl && complete -p pbxctl' 
 	check "examples under /usr/share/doc/pbx/examples" has_yaml "$root/usr/share/doc/pbx/examples"
 	check "no dpkg conffiles (upgrades never prompt)" is "$(dpkg_field Conffiles)" ""
 	if [ -x "$root/usr/bin/systemctl" ]; then
