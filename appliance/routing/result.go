@@ -1,0 +1,81 @@
+package routing
+
+import "pbx/appliance/config"
+
+// Kind says what a Result delivers.
+type Kind string
+
+// Kinds of Result.
+const (
+	KindExtension Kind = "extension"  // ring an extension's registered phones
+	KindRingGroup Kind = "ring_group" // ring a ring group's extensions
+	KindTrunk     Kind = "trunk"      // send the call out on a trunk
+	KindReject    Kind = "reject"     // answer with Status
+)
+
+// Directions of a call, as on the call record.
+const (
+	DirectionInbound  = "inbound"
+	DirectionOutbound = "outbound"
+	DirectionInternal = "internal"
+)
+
+// Causes of a rejected call, as on the call record.
+const (
+	CauseNoRoute  = "no_route"
+	CauseRejected = "rejected"
+)
+
+// Step types written to a call record's steps[].
+const (
+	StepRoute     = "route"
+	StepDial      = "dial"
+	StepRingGroup = "ring_group"
+	StepVoicemail = "voicemail"
+	StepHangup    = "hangup"
+	StepExternal  = "external"
+)
+
+// Result is a routing decision.
+type Result struct {
+	Kind      Kind
+	Direction string
+	// Tenant handles the call: the callee's tenant for inbound and
+	// inter-tenant calls, the caller's for outbound ones. Empty when no
+	// tenant could be told (an unknown number on a shared trunk).
+	Tenant string
+	// Domain is Tenant's SIP domain.
+	Domain string
+	DID    string
+
+	Extension string            // KindExtension
+	RingGroup *config.RingGroup // KindRingGroup
+
+	Trunk    *config.Trunk   // KindTrunk
+	Number   string          // KindTrunk: the number sent, after strip and prepend
+	CallerID config.CallerID // KindTrunk: the identity presented on an outbound call
+
+	Status int    // KindReject: 4xx-6xx
+	Cause  string // KindReject: CauseNoRoute, CauseRejected
+	Reason string // KindReject: for the log and the call record
+
+	// Steps say what routing did, in order (the call record's steps[]).
+	Steps []Step
+}
+
+// Step is one routing step.
+type Step struct {
+	Type    string
+	Result  string
+	Error   string
+	Skipped bool
+}
+
+func (r *Result) step(typ, result string) {
+	r.Steps = append(r.Steps, Step{Type: typ, Result: result})
+}
+
+func (r *Result) reject(status int, cause, typ, reason string) {
+	r.Kind, r.Status, r.Cause, r.Reason = KindReject, status, cause, reason
+	r.Steps = append(r.Steps, Step{Type: typ, Result: cause, Error: reason})
+}
