@@ -23,7 +23,7 @@ func base() *config.Config {
 	c.System.Security.Limits.BlockedPrefixes = []string{"1900", "00882"}
 	c.Tenants = []*config.Tenant{
 		{Meta: meta(config.KindTenant, "acme", ""), Domain: "acme.test", AllowInterTenant: true,
-			CallerID: config.CallerID{Number: "+15550100", Name: "Acme"},
+			CallerID:   config.CallerID{Number: "+15550100", Name: "Acme"},
 			RingGroups: []config.RingGroup{{Name: "sales", Extensions: []string{"100", "101"}, Strategy: config.StrategySequential}}},
 		{Meta: meta(config.KindTenant, "beta", ""), Domain: "Beta.Test", AllowInterTenant: true},
 		{Meta: meta(config.KindTenant, "closed", ""), Domain: "closed.test",
