@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -352,6 +353,73 @@ func BenchmarkSIPpRegister(b *testing.B) {
 		procs, accounts, sum.Created, rate, sum.OK, sum.Failed, window.Round(time.Millisecond), pbxCPU, sippCPU)
 }
 
+// sippFailures summarises a SIPp error log: how often each SIP status was
+// the unexpected message, and how many receive timeouts there were.
+func sippFailures(path string) string {
+	text := readFileString(path)
+	counts := map[string]int{}
+	for _, l := range strings.Split(text, "\n") {
+		switch {
+		case strings.Contains(l, "receive timeout"):
+			counts["receive timeout"]++
+		case strings.Contains(l, "Aborting call on unexpected message"), strings.Contains(l, "unexpected message"):
+			counts["unexpected message"]++
+		}
+		if i := strings.Index(l, "received 'SIP/2.0 "); i >= 0 {
+			f := strings.Fields(l[i+len("received 'SIP/2.0 "):])
+			if len(f) > 0 {
+				counts["status "+f[0]]++
+			}
+		}
+	}
+	return summarise(counts)
+}
+
+// pbxWarnings counts the pbx's warning and error lines by message.
+func pbxWarnings(log string) string {
+	counts := map[string]int{}
+	for _, l := range strings.Split(log, "\n") {
+		if !strings.Contains(l, "level=WARN") && !strings.Contains(l, "level=ERROR") {
+			continue
+		}
+		msg := l
+		if _, m, ok := strings.Cut(l, "msg="); ok {
+			msg = m
+			if strings.HasPrefix(m, `"`) {
+				if j := strings.Index(m[1:], `"`); j >= 0 {
+					msg = m[:j+2]
+				}
+			} else if f := strings.Fields(m); len(f) > 0 {
+				msg = f[0]
+			}
+		}
+		counts[msg]++
+	}
+	return summarise(counts)
+}
+
+func summarise(counts map[string]int) string {
+	if len(counts) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return counts[keys[i]] > counts[keys[j]] })
+	var b strings.Builder
+	for i, k := range keys {
+		if i == 8 {
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s x%d", k, counts[k])
+	}
+	return b.String()
+}
+
 // credentialsOf is credentials for a list of users.
 func credentialsOf(users []string) string { return credentials(users...) }
 
@@ -420,7 +488,7 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 			rate, s.Created, s.OK, s.Failed, fail, s.Retrans, done, window.Round(time.Millisecond), s.Setup.Round(10*time.Microsecond), bucketString(s.SetupP99),
 			percent(pbxCPU.Seconds(), elapsed.Seconds()), percent(uac.cpu().Seconds(), elapsed.Seconds()), percent(uasCPU.Seconds(), elapsed.Seconds()), sustained)
 		if s.Failed > 0 {
-			b.Logf("%s errors:\n%s", name, tail(readFileString(filepath.Join(dir, name+".errors.log")), 8))
+			b.Logf("%s failures: %s; pbx warnings: %s", name, sippFailures(filepath.Join(dir, name+".errors.log")), pbxWarnings(p.log.Since()))
 		}
 		if !sustained {
 			break
