@@ -1,0 +1,198 @@
+package trunk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+)
+
+// errRegistration is a final non-2xx answer to a REGISTER.
+type errRegistration struct {
+	code   int
+	reason string
+}
+
+func (e *errRegistration) Error() string { return fmt.Sprintf("registrar answered %d %s", e.code, e.reason) }
+
+func (m *Manager) registerLoop(ctx context.Context, s *state) {
+	backoff := m.opts.RetryMin
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.register:
+			backoff = m.opts.RetryMin
+		}
+		granted, err := m.registerOnce(ctx, s)
+		if ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		var wait time.Duration
+		s.mu.Lock()
+		if err == nil {
+			first := s.regState != StateRegistered
+			s.regState, s.expiresAt, s.registered, s.lastErr = StateRegistered, now.Add(granted), now, ""
+			s.mu.Unlock()
+			wait = refreshAfter(granted)
+			backoff = m.opts.RetryMin
+			if first {
+				m.log.Info("trunk registered", "trunk", s.Name, "expires", granted)
+			} else {
+				m.log.Debug("trunk re-registered", "trunk", s.Name, "expires", granted)
+			}
+		} else {
+			s.regState, s.lastErr = StateFailed, err.Error()
+			if !s.expiresAt.After(now) {
+				s.expiresAt = time.Time{}
+			}
+			s.mu.Unlock()
+			wait = jitter(backoff)
+			m.log.Warn("trunk registration failed", "trunk", s.Name, "err", err, "retry_in", wait.Round(time.Millisecond))
+			backoff = min(2*backoff, m.opts.RetryMax)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(wait)
+	}
+}
+
+// refreshAfter is when to re-register a binding granted for d: at nine
+// tenths of it, so the binding never lapses between two REGISTERs.
+func refreshAfter(d time.Duration) time.Duration {
+	return max(d*9/10, 500*time.Millisecond)
+}
+
+// jitter spreads d by up to a fifth either way.
+func jitter(d time.Duration) time.Duration {
+	f := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(d) * f)
+}
+
+// registerOnce sends one REGISTER (answering a digest challenge and a 423)
+// and returns the expiry the registrar granted.
+func (m *Manager) registerOnce(ctx context.Context, s *state) (time.Duration, error) {
+	ep, err := m.opts.SIP.Endpoint(s.Transport, s.ListenerID)
+	if err != nil {
+		return 0, fmt.Errorf("no listener: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.opts.RegisterTimeout)
+	defer cancel()
+	s.mu.Lock()
+	expiry := s.expiryAsked
+	s.mu.Unlock()
+	for range 3 {
+		req := m.buildRegister(s, ep.Contact, ep.Transport, expiry)
+		res, err := ep.Client.Do(ctx, req)
+		for auth := 0; err == nil && auth < 2 && (res.StatusCode == sip.StatusUnauthorized || res.StatusCode == sip.StatusProxyAuthRequired); auth++ {
+			res, err = ep.Client.DoDigestAuth(ctx, req, res, sipgo.DigestAuth{Username: s.Username, Password: s.Password})
+		}
+		s.mu.Lock()
+		s.cseq = req.CSeq().SeqNo + 1
+		s.mu.Unlock()
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return 0, fmt.Errorf("no answer from %s:%d within %s", s.Host, s.Port, m.opts.RegisterTimeout)
+			}
+			return 0, err
+		}
+		switch {
+		case res.IsSuccess():
+			return granted(res, s.ContactUser, expiry), nil
+		case res.StatusCode == 423:
+			// Interval Too Brief: ask for what the registrar wants.
+			min := headerSeconds(res, "Min-Expires")
+			if min <= expiry {
+				return 0, &errRegistration{res.StatusCode, res.Reason}
+			}
+			expiry = min
+			s.mu.Lock()
+			s.expiryAsked = min
+			s.mu.Unlock()
+			continue
+		default:
+			return 0, &errRegistration{res.StatusCode, res.Reason}
+		}
+	}
+	return 0, errors.New("registrar keeps refusing the expiry")
+}
+
+func (m *Manager) buildRegister(s *state, contact sip.ContactHeader, transport string, expiry time.Duration) *sip.Request {
+	ruri := sip.Uri{Scheme: "sip", Host: s.Host, Port: s.Port}
+	if transport == "tcp" {
+		ruri.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+	}
+	req := sip.NewRequest(sip.REGISTER, ruri)
+	req.SetTransport(strings.ToUpper(transport))
+	if dst, ok := s.destination(); ok {
+		req.SetDestination(dst.String())
+	}
+	aor := sip.Uri{Scheme: "sip", User: s.Username, Host: s.Host}
+	from := &sip.FromHeader{Address: aor}
+	s.mu.Lock()
+	from.Params.Add("tag", s.fromTag)
+	callID := sip.CallIDHeader(s.callID)
+	cseq := &sip.CSeqHeader{SeqNo: s.cseq, MethodName: sip.REGISTER}
+	s.mu.Unlock()
+	req.AppendHeader(from)
+	req.AppendHeader(&sip.ToHeader{Address: aor})
+	req.AppendHeader(&callID)
+	req.AppendHeader(cseq)
+	mf := sip.MaxForwardsHeader(70)
+	req.AppendHeader(&mf)
+	ct := sip.HeaderClone(&contact).(*sip.ContactHeader)
+	ct.Address.User = s.ContactUser
+	req.AppendHeader(ct)
+	exp := sip.ExpiresHeader(uint32(expiry / time.Second))
+	req.AppendHeader(&exp)
+	m.opts.SIP.DecorateRequest(req)
+	req.SetBody(nil)
+	return req
+}
+
+// granted reads the expiry the registrar granted: the expires parameter of
+// our Contact (the one with our contact user), else the Expires header,
+// else what was asked.
+func granted(res *sip.Response, user string, asked time.Duration) time.Duration {
+	for _, h := range res.GetHeaders("Contact") {
+		ct, ok := h.(*sip.ContactHeader)
+		if !ok || ct.Address.User != user {
+			continue
+		}
+		if v, ok := ct.Params.Get("expires"); ok {
+			if n, err := strconv.Atoi(v); err == nil && n > 0 {
+				return time.Duration(n) * time.Second
+			}
+		}
+	}
+	if n := headerSeconds(res, "Expires"); n > 0 {
+		return n
+	}
+	return asked
+}
+
+func headerSeconds(res *sip.Response, name string) time.Duration {
+	h := res.GetHeader(name)
+	if h == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(h.Value()))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Second
+}
