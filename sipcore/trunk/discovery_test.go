@@ -59,7 +59,9 @@ func (z *zone) serve(w dns.ResponseWriter, q *dns.Msg) {
 	}
 	name := strings.ToLower(q.Question[0].Name)
 	known := len(z.a[name])+len(z.aaaa[name])+len(z.srv[name]) > 0
-	hdr := func(t uint16) dns.RR_Header { return dns.RR_Header{Name: q.Question[0].Name, Rrtype: t, Class: dns.ClassINET, Ttl: 1} }
+	hdr := func(t uint16) dns.RR_Header {
+		return dns.RR_Header{Name: q.Question[0].Name, Rrtype: t, Class: dns.ClassINET, Ttl: 1}
+	}
 	switch q.Question[0].Qtype {
 	case dns.TypeA:
 		for _, a := range z.a[name] {

@@ -19,7 +19,9 @@ type errRegistration struct {
 	reason string
 }
 
-func (e *errRegistration) Error() string { return fmt.Sprintf("registrar answered %d %s", e.code, e.reason) }
+func (e *errRegistration) Error() string {
+	return fmt.Sprintf("registrar answered %d %s", e.code, e.reason)
+}
 
 func (m *Manager) registerLoop(ctx context.Context, s *state) {
 	backoff := m.opts.RetryMin
