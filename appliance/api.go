@@ -12,6 +12,7 @@ import (
 	"pbx/appliance/tenant"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
+	"pbx/sipcore/trunk"
 	"pbx/web/api"
 )
 
@@ -22,6 +23,7 @@ type apiSources struct {
 	dir     *tenant.Directory
 	reg     *registrar.Registrar
 	calls   *b2bua.Manager
+	trunks  *trunk.Manager
 }
 
 func (s *apiSources) backends() api.Backends {
@@ -54,14 +56,13 @@ func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
 	for _, b := range s.reg.List() {
 		count(b.Tenant, func(n *api.Counts) { n.Registrations++ })
 	}
-	for _, t := range s.cfg.Trunks {
-		// Carrier registration arrives with the trunk component; until then a
-		// trunk without registration counts as up.
+	for _, t := range s.trunks.Status() {
+		// A trunk that does not register is up; one that does, while registered.
 		count(t.Tenant, func(n *api.Counts) {
-			if t.Registration.Enabled {
-				n.TrunksDown++
-			} else {
+			if t.State == trunk.StateRegistered || t.State == trunk.StateDisabled {
 				n.TrunksUp++
+			} else {
+				n.TrunksDown++
 			}
 		})
 	}
@@ -87,27 +88,34 @@ type trunkSource struct{ s *apiSources }
 
 func (t trunkSource) Trunks(ctx context.Context) ([]api.Trunk, error) {
 	out := []api.Trunk{}
-	for _, tr := range t.s.cfg.Trunks {
-		state := "disabled"
-		if tr.Registration.Enabled {
-			state = "unregistered"
+	for _, st := range t.s.trunks.Status() {
+		reg := api.TrunkRegistration{Enabled: st.Register, State: st.State, LastError: st.LastError}
+		if !st.ExpiresAt.IsZero() {
+			e := st.ExpiresAt
+			reg.ExpiresAt = &e
+		}
+		addrs := st.Addresses
+		if addrs == nil {
+			addrs = []string{}
 		}
 		out = append(out, api.Trunk{
-			Name: tr.Name, Tenant: tr.Tenant, Host: tr.Host, Port: tr.Port, Transport: tr.Transport,
-			Registration: api.TrunkRegistration{Enabled: tr.Registration.Enabled, State: state},
-			Addresses:    append([]string{}, tr.Inbound.MatchIPs...),
+			Name: st.Name, Tenant: st.Tenant, Host: st.Host, Port: st.Port, Transport: st.Transport,
+			Registration: reg, Addresses: addrs,
 		})
 	}
 	return out, nil
 }
 
+// Refresh re-resolves the trunk's addresses and re-registers it, in the
+// background.
 func (t trunkSource) Refresh(ctx context.Context, name string) error {
-	for _, tr := range t.s.cfg.Trunks {
-		if tr.Name == name {
-			return nil
+	if err := t.s.trunks.Refresh(name); err != nil {
+		if errors.Is(err, trunk.ErrUnknownTrunk) {
+			return fmt.Errorf("%w: trunk %s", api.ErrNotFound, name)
 		}
+		return err
 	}
-	return fmt.Errorf("%w: trunk %s", api.ErrNotFound, name)
+	return nil
 }
 
 type registrationSource struct{ s *apiSources }

@@ -24,6 +24,7 @@ import (
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
+	"pbx/sipcore/trunk"
 	"pbx/web"
 )
 
@@ -54,6 +55,7 @@ type Appliance struct {
 	reg    *registrar.Registrar
 	media  *rtpcore.Engine
 	calls  *b2bua.Manager
+	trunks *trunk.Manager
 	web    *web.Server
 	closed sync.Once
 }
@@ -143,15 +145,21 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
+	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip}, log.With("component", "trunks")); err != nil {
+		return nil, err
+	}
+	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks)
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.cdr != nil {
-		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr")})
+		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
 	}
+	obs = append(obs, rt.steps) // after the call log, which reads the steps
 	if a.calls, err = b2bua.New(b2bua.Options{
 		SIP:          a.sip,
 		Media:        a.media,
 		Auth:         auth,
-		Router:       &router{dir: a.dir, reg: a.reg, sip: a.sip},
+		Router:       rt,
+		Identify:     rt.identify,
 		Codecs:       codecs,
 		Observer:     obs,
 		MediaTimeout: sys.Media.Timeout.D(),
@@ -159,7 +167,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls}
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks}
 	backends := src.backends()
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
@@ -203,6 +211,15 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
+	g.Go(func() error {
+		// Registrations leave from the listening sockets, once they serve.
+		select {
+		case <-a.sip.Ready():
+		case <-gctx.Done():
+			return nil
+		}
+		return a.trunks.Run(gctx)
+	})
 	if a.cdr != nil {
 		g.Go(func() error { return a.cdr.Run(gctx) })
 	}
@@ -277,4 +294,26 @@ func (a *Appliance) Close() error {
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// trunkSpecs turns Trunk documents into what the trunk manager runs.
+func trunkSpecs(trunks []*config.Trunk) []trunk.Trunk {
+	out := make([]trunk.Trunk, 0, len(trunks))
+	for _, t := range trunks {
+		spec := trunk.Trunk{
+			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, Transport: t.Transport, ListenerID: t.TransportID,
+			Username: t.Auth.Username, Password: t.Auth.Password.Reveal(),
+			Register: t.Registration.Enabled, Expiry: t.Registration.Expiry.D(), ContactUser: t.Registration.ContactUser,
+			AutoIPs: t.Inbound.AutoIPs,
+		}
+		for _, m := range t.Inbound.MatchIPs {
+			if p, err := netip.ParsePrefix(m); err == nil {
+				spec.MatchIPs = append(spec.MatchIPs, p)
+			} else if ip, err := netip.ParseAddr(m); err == nil {
+				spec.MatchIPs = append(spec.MatchIPs, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+			}
+		}
+		out = append(out, spec)
+	}
+	return out
 }

@@ -13,21 +13,48 @@ import (
 type callLog struct {
 	store *cdr.Store
 	log   *slog.Logger
+	// steps returns the routing steps of a call (nil: none recorded).
+	steps func(b2bua.CallID) []cdr.Step
 }
 
 func (l *callLog) CallEvent(ev b2bua.Event) {
+	if ev.Call.Tenant == "" && (ev.Kind == b2bua.EventAnswered || ev.Kind == b2bua.EventEnded) {
+		// A call on a shared trunk to a number no tenant claims: call
+		// records live under a tenant, so this one is only logged.
+		if ev.Kind == b2bua.EventEnded {
+			l.log.Info("call of no tenant not recorded", "call", ev.Call.ID, "trunk", ev.Call.Trunk, "to", ev.Call.To,
+				"source", ev.Call.Source, "cause", ev.Call.Cause, "reason", ev.Call.Reason)
+		}
+		return
+	}
 	switch ev.Kind {
 	case b2bua.EventAnswered:
-		rec := recordOf(&ev.Call)
+		rec := l.record(&ev.Call)
 		if err := l.store.Answered(rec); err != nil {
 			l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
 		}
 	case b2bua.EventEnded:
-		rec := recordOf(&ev.Call)
+		rec := l.record(&ev.Call)
 		if err := l.store.Commit(rec); err != nil {
 			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
 		}
 	}
+}
+
+// record is recordOf with the call's routing steps. The last step that has
+// no result yet (the dial or ring group) takes the call's outcome.
+func (l *callLog) record(c *b2bua.CallInfo) *cdr.Record {
+	rec := recordOf(c)
+	if l.steps == nil {
+		return rec
+	}
+	for _, st := range l.steps(c.ID) {
+		rec.AddStep(st)
+	}
+	if n := len(rec.Steps); n > 0 && rec.Steps[n-1].Result == "" && c.State == b2bua.StateEnded {
+		rec.Steps[n-1].Result = string(causeOf(c.Cause))
+	}
+	return rec
 }
 
 // recordOf builds the call record from a call snapshot. The record id is the call id,

@@ -2,81 +2,291 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/appliance/cdr"
+	"pbx/appliance/config"
+	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
+	"pbx/sipcore/trunk"
 )
 
-// router decides where a new call goes: for now, to an extension of the caller's
-// tenant, forked to every registered contact of that extension.
+// router decides where a new call goes (routing.Table) and turns the
+// decision into legs: the registered contacts of an extension or of a ring
+// group's extensions, or one INVITE to a trunk. It also identifies trunks
+// by source address, and keeps each call's routing steps for its record.
 type router struct {
-	dir *tenant.Directory
-	reg *registrar.Registrar
-	sip *sipcore.Server
+	dir    *tenant.Directory
+	table  *routing.Table
+	reg    *registrar.Registrar
+	sip    *sipcore.Server
+	trunks *trunk.Manager
+	steps  *stepLog
+}
+
+func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager) *router {
+	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, steps: newStepLog()}
+}
+
+// identify trusts an INVITE from a trunk's source address without a
+// challenge. An INVITE from elsewhere without credentials whose From names
+// no tenant's domain cannot be a phone of ours: it is refused (403) rather
+// than challenged. Everything else is challenged.
+func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
+	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil {
+		return b2bua.Caller{}, false, nil
+	}
+	if tr, ok := r.trunks.Match(src.Addr(), req.Recipient.User); ok {
+		return b2bua.Caller{Kind: b2bua.KindTrunk, Tenant: tr.Tenant, Trunk: tr.Name}, true, nil
+	}
+	if from := req.From(); from != nil && r.dir.ByDomain(from.Address.Host) == nil {
+		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected,
+			Err: fmt.Errorf("INVITE from %s: no trunk has this address and %q is no tenant's domain", src, from.Address.Host)}
+	}
+	return b2bua.Caller{}, false, nil
 }
 
 func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
+	var res routing.Result
 	caller := in.Caller
-	t := r.dir.Get(tenant.ID(caller.Tenant))
-	if t == nil {
-		return reject(403, b2bua.CauseRejected, fmt.Errorf("caller of unknown tenant %q", caller.Tenant))
-	}
-	dialled := in.RequestURI.User
-	if dialled == "" {
-		dialled = in.To.User
-	}
-	if host := in.RequestURI.Host; host != "" && !strings.EqualFold(host, t.Domain) && r.dir.ByDomain(host) != nil {
-		return reject(403, b2bua.CauseRejected, fmt.Errorf("calls to another tenant's domain %q are not allowed", host))
-	}
-	callee, ok := t.Extensions[dialled]
-	if !ok {
-		return reject(404, b2bua.CauseNoRoute, fmt.Errorf("tenant %s has no extension %q", t.ID, dialled))
-	}
-	bindings := r.reg.Lookup(string(t.ID), callee.Extension)
-	var legs []b2bua.LegTarget
-	for _, b := range bindings {
-		tg, ok := b.Target(r.sip.ConnectionOpen)
-		if !ok {
-			continue
+	if caller.Kind == b2bua.KindTrunk {
+		res = r.table.Inbound(routing.InboundCall{Trunk: caller.Trunk, Numbers: r.dialled(in)})
+	} else {
+		user := in.RequestURI.User
+		if user == "" {
+			user = in.To.User
 		}
-		legs = append(legs, b2bua.LegTarget{
-			URI:         tg.URI,
-			Destination: tg.Destination,
-			Transport:   tg.Transport,
-			Local:       tg.Local,
-			Kind:        b2bua.KindEndpoint,
-			Name:        callee.Extension,
-			Extension:   callee.Extension,
-		})
+		res = r.table.FromAccount(caller.Tenant, caller.Username, user, in.RequestURI.Host)
 	}
-	if len(legs) == 0 {
-		return reject(480, b2bua.CauseFailed, fmt.Errorf("extension %s of tenant %s has no registered phone", callee.Extension, t.ID))
-	}
-	from := caller.Extension
-	name := caller.DisplayName
-	if a, ok := t.Accounts[caller.Username]; ok {
-		if a.DisplayName != "" {
-			name = a.DisplayName
-		}
-		from = a.Extension
-	}
-	return b2bua.Decision{Target: &b2bua.Target{
-		Legs:        legs,
-		RingTimeout: callee.RingTimeout,
-		CallerID:    b2bua.Identity{User: from, DisplayName: name, Host: t.Domain},
-		Meta: b2bua.Meta{
-			Tenant:    string(t.ID),
-			Direction: b2bua.DirectionInternal,
-			Extension: callee.Extension,
-			Domain:    t.Domain,
-		},
-	}}
+	dec := r.decide(in, &res)
+	r.steps.put(in.ID, res.Steps)
+	return dec
 }
 
-func reject(status int, cause string, err error) b2bua.Decision {
-	return b2bua.Decision{Reject: &b2bua.Rejection{Status: status, Cause: cause, Err: err}}
+// dialled lists the numbers a trunk's INVITE may be for: the Request-URI
+// user, unless it is the trunk's own contact user (a carrier sending to the
+// registered Contact), then the To user.
+func (r *router) dialled(in *b2bua.Inbound) []string {
+	var nums []string
+	ru := in.RequestURI.User
+	if tr, ok := r.trunks.Trunk(in.Caller.Trunk); !ok || (ru != tr.ContactUser && ru != tr.Username) {
+		nums = append(nums, ru)
+	}
+	return append(nums, in.To.User)
+}
+
+func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
+	caller := in.Caller
+	meta := b2bua.Meta{Tenant: res.Tenant, Direction: res.Direction, DID: res.DID, Domain: res.Domain}
+	switch {
+	case caller.Kind == b2bua.KindTrunk:
+		meta.Trunk = caller.Trunk
+	case res.Trunk != nil:
+		meta.Trunk = res.Trunk.Name
+	}
+	// The record's extension: the one called, or on an outbound call the
+	// one calling.
+	meta.Extension = res.Extension
+	if res.Direction == routing.DirectionOutbound {
+		meta.Extension = caller.Extension
+		if res.CallerID.Number != "" {
+			meta.DID = res.CallerID.Number
+		}
+	}
+	target := &b2bua.Target{Meta: meta, CallerID: r.callerID(in, res)}
+
+	switch res.Kind {
+	case routing.KindReject:
+		return rejectWith(target, res.Status, res.Cause, errors.New(res.Reason))
+	case routing.KindExtension:
+		acct := r.account(res.Tenant, res.Extension)
+		target.Legs = b2bua.LegsFor(r.reg.Lookup(res.Tenant, res.Extension), r.sip.ConnectionOpen, res.Extension, res.Extension)
+		if acct != nil {
+			target.RingTimeout = acct.RingTimeout
+		}
+		if len(target.Legs) == 0 {
+			r.failLast(res, "no registered phone")
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+				fmt.Errorf("extension %s of tenant %s has no registered phone", res.Extension, res.Tenant))
+		}
+	case routing.KindRingGroup:
+		g := res.RingGroup
+		sequential := g.Strategy == config.StrategySequential
+		ring := g.RingTimeout.D()
+		var delay time.Duration
+		for _, ext := range g.Extensions {
+			legs := b2bua.LegsFor(r.reg.Lookup(res.Tenant, ext), r.sip.ConnectionOpen, ext, ext)
+			if len(legs) == 0 {
+				continue // an extension without a phone costs no ring time
+			}
+			if sequential {
+				for i := range legs {
+					legs[i].Delay, legs[i].Timeout = delay, ring
+				}
+				delay += ring
+			}
+			target.Legs = append(target.Legs, legs...)
+		}
+		target.RingTimeout = ring
+		if sequential {
+			target.RingTimeout = delay
+		}
+		if len(target.Legs) == 0 {
+			r.failLast(res, "no registered phone")
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+				fmt.Errorf("no extension of ring group %s of tenant %s has a registered phone", g.Name, res.Tenant))
+		}
+	case routing.KindTrunk:
+		leg, err := r.trunkLeg(res, &target.CallerID)
+		if err != nil {
+			r.failLast(res, err.Error())
+			return rejectWith(target, sip.StatusServiceUnavailable, b2bua.CauseFailed, err)
+		}
+		target.Legs = []b2bua.LegTarget{leg}
+	}
+	return b2bua.Decision{Target: target}
+}
+
+// rejectWith refuses the call and still hands b2bua the target's metadata
+// (tenant, direction, did, trunk) for the call record.
+func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Decision {
+	t.Legs = nil
+	return b2bua.Decision{Reject: &b2bua.Rejection{Status: status, Cause: cause, Err: err}, Target: t}
+}
+
+// failLast marks the last step as failed when the legs cannot be built.
+func (r *router) failLast(res *routing.Result, msg string) {
+	if n := len(res.Steps); n > 0 {
+		res.Steps[n-1].Result, res.Steps[n-1].Error = b2bua.CauseFailed, msg
+	}
+}
+
+func (r *router) account(tn, ext string) *tenant.Account {
+	t := r.dir.Get(tenant.ID(tn))
+	if t == nil {
+		return nil
+	}
+	return t.Extensions[ext]
+}
+
+// callerID is who callees see: a carrier's caller as it came in, a phone as
+// its extension and display name (from its own tenant's domain), and on a
+// trunk the identity routing chose.
+func (r *router) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity {
+	caller := in.Caller
+	if caller.Kind == b2bua.KindTrunk {
+		return b2bua.Identity{User: in.From.User, DisplayName: in.FromName, Host: res.Domain}
+	}
+	id := b2bua.Identity{User: caller.Extension, DisplayName: caller.DisplayName}
+	if t := r.dir.Get(tenant.ID(caller.Tenant)); t != nil {
+		id.Host = t.Domain
+		if a, ok := t.Accounts[caller.Username]; ok {
+			id.User = a.Extension
+			if a.DisplayName != "" {
+				id.DisplayName = a.DisplayName
+			}
+		}
+	}
+	if res.Kind == routing.KindTrunk && res.CallerID.Number != "" {
+		id.User, id.DisplayName, id.Host = res.CallerID.Number, res.CallerID.Name, ""
+	}
+	return id
+}
+
+// trunkLeg is the INVITE toward a trunk: sip:number@host:port through the
+// trunk's listener, with its credentials for a 401/407 and the caller
+// identity in P-Asserted-Identity.
+func (r *router) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTarget, error) {
+	tr := res.Trunk
+	ep, err := r.sip.Endpoint(tr.Transport, tr.TransportID)
+	if err != nil {
+		return b2bua.LegTarget{}, fmt.Errorf("trunk %s: %w", tr.Name, err)
+	}
+	uri := sip.Uri{Scheme: "sip", User: res.Number, Host: tr.Host, Port: tr.Port}
+	if ep.Transport == sipcore.TransportTCP {
+		uri.UriParams = sip.HeaderParams{{K: "transport", V: "tcp"}}
+	}
+	leg := b2bua.LegTarget{
+		URI:        uri,
+		To:         sip.Uri{Scheme: "sip", User: res.Number, Host: tr.Host},
+		Transport:  ep.Transport,
+		ListenerID: ep.ListenerID,
+		Kind:       b2bua.KindTrunk,
+		Name:       tr.Name,
+	}
+	if dst, ok := r.trunks.Destination(tr.Name); ok {
+		leg.Destination = dst
+	}
+	if tr.Auth.Username != "" {
+		leg.Auth = &b2bua.Credentials{Username: tr.Auth.Username, Password: tr.Auth.Password.Reveal()}
+	}
+	if id.Host == "" {
+		id.Host = ep.Host
+	}
+	if id.User != "" {
+		pai := fmt.Sprintf("<sip:%s@%s>", headerSafe(id.User), id.Host)
+		if n := headerSafe(id.DisplayName); n != "" {
+			pai = strconv.Quote(n) + " " + pai
+		}
+		leg.Headers = append(leg.Headers, sip.NewHeader("P-Asserted-Identity", pai))
+	}
+	return leg, nil
+}
+
+// headerSafe drops what could break out of a header value.
+func headerSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '\r', '\n', '"', '<', '>', '\\':
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// stepLog keeps each live call's routing steps until its record is written.
+type stepLog struct {
+	mu sync.Mutex
+	m  map[b2bua.CallID][]cdr.Step
+}
+
+func newStepLog() *stepLog { return &stepLog{m: map[b2bua.CallID][]cdr.Step{}} }
+
+func (s *stepLog) put(id b2bua.CallID, steps []routing.Step) {
+	now := time.Now()
+	out := make([]cdr.Step, 0, len(steps))
+	for i, st := range steps {
+		out = append(out, cdr.Step{ID: strconv.Itoa(i + 1), Type: st.Type, Skipped: st.Skipped, At: now, Result: st.Result, Error: st.Error})
+	}
+	s.mu.Lock()
+	s.m[id] = out
+	s.mu.Unlock()
+}
+
+// get returns a copy of the steps of call id.
+func (s *stepLog) get(id b2bua.CallID) []cdr.Step {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]cdr.Step(nil), s.m[id]...)
+}
+
+// CallEvent forgets a call's steps once it ended; it runs after the call
+// log among the observers.
+func (s *stepLog) CallEvent(ev b2bua.Event) {
+	if ev.Kind == b2bua.EventEnded {
+		s.mu.Lock()
+		delete(s.m, ev.Call.ID)
+		s.mu.Unlock()
+	}
 }
