@@ -22,8 +22,8 @@ run: build
 	bin/pbx run --config $(QUICKSTART)
 
 # The whole suite: static checks, package and end-to-end tests against the built
-# binaries, then the package install test.
-test: test-deps lint build test-go
+# binaries, then the package install test (debootstrap; needs root).
+test: test-deps lint build test-go test-package
 
 test-go:
 	PBX_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 15m ./...

@@ -226,6 +226,16 @@ func (a *Appliance) Run(ctx context.Context) error {
 	if a.web.Enabled() {
 		g.Go(func() error { return a.web.Run(gctx) })
 	}
+	var udp netip.AddrPort
+	for _, l := range a.sip.Listeners() {
+		if l.Transport == sipcore.TransportUDP {
+			udp, _ = a.sip.Addr(l.ID)
+			break
+		}
+	}
+	h := newHealth(udp)
+	g.Go(func() error { return h.Run(gctx) })
+	g.Go(func() error { return sdnotify.KeepAlive(gctx, h.Healthy) })
 	_ = sdnotify.Ready()
 	_ = sdnotify.Status("serving")
 	<-gctx.Done()

@@ -12,7 +12,10 @@
 #   PBX_VERSION  package version, used as given; default derived from VERSION
 #   VERSION      `git describe --tags --always --dirty` output (the Makefile passes it);
 #                default: run git describe here
-#   PBX_CONFIG_DIR  where pbx.yaml and examples/ (optional) come from; default packaging/config
+#   PBX_CONFIG_DIR  where the default pbx.yaml comes from; default packaging/config
+#   PBX_EXAMPLES_DIR  complete example configurations; default packaging/examples
+#                (kept apart from PBX_CONFIG_DIR so that validating the default
+#                configuration does not read the examples too)
 #   PBX_ARCH     Go architecture of the binaries; default `go env GOARCH`
 #   NFPM         nfpm command; default `go run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.44.2`
 #   DIST         output directory; default dist
@@ -84,6 +87,7 @@ for b in pbx pbxctl; do
 	[ -x "bin/$b" ] || die "bin/$b is missing; run 'make build' first"
 done
 PBX_CONFIG_DIR=${PBX_CONFIG_DIR:-packaging/config}
+PBX_EXAMPLES_DIR=${PBX_EXAMPLES_DIR:-packaging/examples}
 [ -f "$PBX_CONFIG_DIR/pbx.yaml" ] || die "$PBX_CONFIG_DIR/pbx.yaml is missing"
 
 PBX_STAGE=$(mktemp -d)
@@ -91,11 +95,12 @@ trap 'rm -rf "$PBX_STAGE"' EXIT INT TERM
 mkdir -p "$PBX_STAGE/completions/bash" "$PBX_STAGE/completions/zsh" "$PBX_STAGE/completions/fish" \
 	"$PBX_STAGE/man/man1" "$PBX_STAGE/gen" "$PBX_STAGE/examples"
 
-# Example configurations, when the tree has them.
-if [ -d "$PBX_CONFIG_DIR/examples" ]; then
-	cp -R "$PBX_CONFIG_DIR/examples/." "$PBX_STAGE/examples/"
+# Example configurations.
+if [ -d "$PBX_EXAMPLES_DIR" ]; then
+	cp -R "$PBX_EXAMPLES_DIR/." "$PBX_STAGE/examples/"
 else
-	echo "build-packages: warning: $PBX_CONFIG_DIR/examples/ is missing; the package ships no examples" >&2
+	echo "build-packages: $PBX_EXAMPLES_DIR is missing" >&2
+	exit 1
 fi
 
 # Completions and man pages come from the same command trees the admin runs, named

@@ -31,10 +31,10 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(self), "..", "..")
 }
 
-// TestBundledConfigurationsValidate: the packaged /etc/pbx and the quickstart are
-// clean for the very validator the package ships.
+// TestBundledConfigurationsValidate: the packaged /etc/pbx, the quickstart and the
+// shipped examples are clean for the very validator the package ships.
 func TestBundledConfigurationsValidate(t *testing.T) {
-	for _, dir := range []string{"packaging/config", "packaging/quickstart"} {
+	for _, dir := range []string{"packaging/config", "packaging/quickstart", "packaging/examples/office"} {
 		code, out := pbxctl(t, "validate", filepath.Join(repoRoot(), dir))
 		if code != 0 || !strings.Contains(out, "configuration is valid") {
 			t.Errorf("pbxctl validate %s: exit %d\n%s", dir, code, out)
