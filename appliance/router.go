@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -33,10 +34,11 @@ type router struct {
 	sip    *sipcore.Server
 	trunks *trunk.Manager
 	steps  *stepLog
+	log    *slog.Logger
 }
 
-func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager) *router {
-	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, steps: newStepLog()}
+func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager, log *slog.Logger) *router {
+	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, steps: newStepLog(), log: log}
 }
 
 // identify trusts an INVITE from a trunk's source address without a
@@ -51,8 +53,9 @@ func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, b
 		return b2bua.Caller{Kind: b2bua.KindTrunk, Tenant: tr.Tenant, Trunk: tr.Name}, true, nil
 	}
 	if from := req.From(); from != nil && r.dir.ByDomain(from.Address.Host) == nil {
-		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected,
-			Err: fmt.Errorf("INVITE from %s: no trunk has this address and %q is no tenant's domain", src, from.Address.Host)}
+		err := fmt.Errorf("INVITE from %s: no trunk has this address and %q is no tenant's domain", src, from.Address.Host)
+		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err)
+		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
 	}
 	return b2bua.Caller{}, false, nil
 }
@@ -67,7 +70,14 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 		if user == "" {
 			user = in.To.User
 		}
-		res = r.table.FromAccount(caller.Tenant, caller.Username, user, in.RequestURI.Host)
+		// The domain dialled: the To host when it is a tenant's (a phone
+		// sending through the PBX's address as its proxy still names the
+		// domain there), else the Request-URI host.
+		host := in.RequestURI.Host
+		if _, ok := r.table.TenantOfDomain(in.To.Host); ok {
+			host = in.To.Host
+		}
+		res = r.table.FromAccount(caller.Tenant, caller.Username, user, host)
 	}
 	dec := r.decide(in, &res)
 	r.steps.put(in.ID, res.Steps)
