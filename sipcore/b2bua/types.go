@@ -137,7 +137,10 @@ type Target struct {
 	Meta        Meta
 }
 
-// Decision is the Router's answer: exactly one of Reject and Target is set.
+// Decision is the Router's answer: Reject refuses the call, else Target
+// says where it goes. A Target given with a Reject is not dialled; only its
+// Meta is kept, so the refused call's record still names its tenant,
+// direction, DID and trunk.
 type Decision struct {
 	Reject *Rejection
 	Target *Target
