@@ -15,7 +15,8 @@ import (
 // addresses:
 //
 //   - demo (domain 127.0.0.1; alice 100, bob 101, carol 102, dave 103), open
-//     to other tenants; ring group front (carol then bob, 2s each).
+//     to other tenants; ring groups front (carol then bob, 2s each) and all
+//     (both at once).
 //   - acme (acme.test; zed 200), open to other tenants, its own caller id,
 //     outbound routes and blocked prefixes.
 //   - closed (closed.test; cleo 300), closed to other tenants.
@@ -64,6 +65,7 @@ spec:
   allowInterTenant: true
   ringGroups:
     - {name: front, extensions: ["102", "101"], strategy: sequential, ringTimeout: 2s}
+    - {name: all, extensions: ["102", "101"], strategy: simultaneous, ringTimeout: 10s}
 `)
 	doc(`kind: Tenant
 metadata: {name: acme}
@@ -89,6 +91,7 @@ spec:
 	}
 	route("demo", "main", "+15550001", "extension", "101")
 	route("demo", "front", "+15550003", "ring_group", "front")
+	route("demo", "all", "+15550004", "ring_group", "all")
 	route("acme", "zed", "+15550002", "extension", "200")
 	route("closed", "cleo", "+15550300", "extension", "300")
 	doc(`kind: InboundOverride
@@ -399,6 +402,30 @@ func TestTrunkInbound(t *testing.T) {
 		}
 		if s := steps(rec); !strings.HasSuffix(s, "ring_group:answered:") {
 			t.Errorf("steps %s", s)
+		}
+	})
+
+	t.Run("simultaneous ring group", func(t *testing.T) {
+		carol := answerAt(t, dir, "carol-2", "127.0.0.1", carolPort, p.sipPort, "uas_ring_cancel.xml")
+		bob := answerAt(t, dir, "bob-4", "127.0.0.1", bobPort, p.sipPort, "uas_answer.xml")
+		uac := carrierCall(t, p, dir, "carrier-4", "127.0.0.2", "+15550004", "carrier_call.xml")
+		mustExit0(t, uac, dir, "carrier")
+		mustExit0(t, carol, dir, "carol")
+		mustExit0(t, bob, dir, "bob")
+		rec := waitRecord(t, p.dataDir, "demo", func(r map[string]any) bool { return field(r, "did") == "+15550004" })
+		expect(t, rec, map[string]string{"cause": "answered", "answered_by": "101"})
+		byTarget := map[string]map[string]any{}
+		for _, l := range list(rec, "legs") {
+			byTarget[field(l, "target")] = l
+		}
+		c, b := byTarget["102"], byTarget["101"]
+		if c == nil || b == nil || field(c, "won") != "false" || field(c, "cause") != "cancelled" || field(b, "won") != "true" {
+			t.Fatalf("legs %v", list(rec, "legs"))
+		}
+		cs, _ := time.Parse(time.RFC3339Nano, field(c, "start"))
+		bs, _ := time.Parse(time.RFC3339Nano, field(b, "start"))
+		if d := bs.Sub(cs).Abs(); d > 500*time.Millisecond {
+			t.Errorf("legs started %v apart, want both at once", d)
 		}
 	})
 
