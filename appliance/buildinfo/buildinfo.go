@@ -2,7 +2,12 @@
 // (go build -ldflags "-X pbx/appliance/buildinfo.Version=...").
 package buildinfo
 
-import "runtime/debug"
+import (
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
 
 // Version is the product version; "dev" for an unstamped build.
 var Version = "dev"
@@ -14,4 +19,17 @@ func String(program string) string {
 		s += " (" + bi.GoVersion + ")"
 	}
 	return s
+}
+
+// Command is the "version" command both binaries carry.
+func Command(program string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), String(program))
+			return err
+		},
+	}
 }

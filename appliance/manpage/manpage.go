@@ -119,3 +119,17 @@ func esc(s string) string {
 func paragraphs(s string) string {
 	return strings.ReplaceAll(esc(strings.TrimSpace(s)), "\n\n", "\n.PP\n")
 }
+
+// Command is the hidden "man DIR" command both binaries carry, so packages can
+// generate their pages from the same command tree the binaries run.
+func Command(version string) *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write manual pages for this program and its commands into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return WriteTree(cmd.Root(), args[0], version, time.Now().UTC())
+		},
+	}
+}

@@ -48,32 +48,8 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCmd(), newVersionCmd(), newManCmd())
+	root.AddCommand(newRunCmd(), buildinfo.Command("pbx"), manpage.Command(buildinfo.Version))
 	return root
-}
-
-func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), buildinfo.String("pbx"))
-			return err
-		},
-	}
-}
-
-func newManCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:    "man DIR",
-		Short:  "Write manual pages into DIR",
-		Hidden: true,
-		Args:   cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return manpage.WriteTree(cmd.Root(), args[0], buildinfo.Version, time.Now().UTC())
-		},
-	}
 }
 
 func newRunCmd() *cobra.Command {

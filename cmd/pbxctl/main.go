@@ -8,6 +8,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"pbx/appliance/buildinfo"
+	"pbx/appliance/manpage"
 )
 
 // Exit codes: 0 success, 1 the thing checked is wrong, 2 usage.
@@ -43,8 +46,8 @@ repairs or re-indexes call records while the daemon is stopped.`,
 		newValidateCmd(),
 		newConfigCmd(),
 		newTokenCmd(),
-		newVersionCmd(),
-		newManCmd(),
+		buildinfo.Command("pbxctl"),
+		manpage.Command(buildinfo.Version),
 		newReindexCmd(),
 		newRepairCmd(),
 	)
