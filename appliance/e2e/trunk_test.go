@@ -436,6 +436,19 @@ func TestTrunkInbound(t *testing.T) {
 		expect(t, rec, map[string]string{"direction": "inbound", "trunk": "local", "cause": "no_route", "sip_status": "404", "did": "+15559876"})
 	})
 
+	t.Run("unknown number on a shared trunk", func(t *testing.T) {
+		uac := carrierCall(t, p, dir, "carrier-404", "127.0.0.2", "+19990000", "carrier_404.xml")
+		mustExit0(t, uac, dir, "carrier")
+		p.waitLog("call of no tenant not recorded", 10*time.Second)
+		for _, tn := range []string{"demo", "acme", "closed"} {
+			for _, r := range recordsOf(t, p.dataDir, tn) {
+				if field(r, "to") == "+19990000" {
+					t.Errorf("tenant %s has the record of a number nobody claims", tn)
+				}
+			}
+		}
+	})
+
 	t.Run("untrusted address refused", func(t *testing.T) {
 		uac := carrierCall(t, p, dir, "stranger", "127.0.0.9", "+15550001", "carrier_403.xml")
 		mustExit0(t, uac, dir, "stranger")

@@ -34,8 +34,10 @@
 // that are not implicitly anchored; strip removes digits from the front
 // before prepend adds its text. security.limits.blockedPrefixes (a
 // tenant's own list replaces the System's when it names any) is checked on
-// the number as dialled and as it would be sent; a hit is 403, cause
-// rejected, with the prefix in the reason. The caller identity presented is
+// the number as dialled and as it would be sent, whether or not the
+// security guard is enabled; a hit is 403, cause rejected, with the prefix
+// in the reason. Calls that a DID of the caller's own tenant or an inbound
+// route's external destination send out are checked the same way. The caller identity presented is
 // the account's callerId, else the tenant's, else the trunk's.
 //
 // Caveats: a Table is built from one validated configuration and never

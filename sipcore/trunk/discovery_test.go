@@ -2,9 +2,11 @@ package trunk
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -280,5 +282,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkMatch times identifying the trunk of an INVITE's source among
+// 1,000 trunks with an address each and 100 prefixes.
+func BenchmarkMatch(b *testing.B) {
+	var trunks []Trunk
+	for i := range 1000 {
+		trunks = append(trunks, Trunk{Name: "t" + strconv.Itoa(i), Host: fmt.Sprintf("10.%d.%d.1", i/256, i%256), AutoIPs: true})
+	}
+	for i := range 100 {
+		trunks = append(trunks, Trunk{Name: "p" + strconv.Itoa(i), Host: "192.0.2.1", MatchIPs: []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("172.16.%d.0/24", i))}})
+	}
+	m, err := New(trunks, Options{}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	srcs := []netip.Addr{netip.MustParseAddr("10.1.44.1"), netip.MustParseAddr("172.16.99.7"), netip.MustParseAddr("203.0.113.9")}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		m.Match(srcs[i%len(srcs)], "+15551234")
 	}
 }
