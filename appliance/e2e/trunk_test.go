@@ -104,7 +104,7 @@ spec: {priority: 10, did: "+15550002", tenant: demo, destination: {type: extensi
 	}
 	doc("kind: Trunk\nmetadata: {name: carrier}\nspec:\n  " + carrier)
 	doc(fmt.Sprintf("kind: Trunk\nmetadata: {name: local}\nspec:\n  host: 127.0.0.4\n  port: %d\n  tenant: demo\n", c.localPort))
-	doc(fmt.Sprintf("kind: Trunk\nmetadata: {name: intl}\nspec:\n  host: 127.0.0.3\n  port: %d\n  callerId: {number: \"+15559999\"}\n", c.intlPort))
+	doc(fmt.Sprintf("kind: Trunk\nmetadata: {name: intl}\nspec:\n  host: 127.0.0.3\n  port: %d\n  auth: {username: intluser, password: intlpass}\n  callerId: {number: \"+15559999\"}\n", c.intlPort))
 	doc(fmt.Sprintf("kind: Trunk\nmetadata: {name: fallback}\nspec:\n  host: 127.0.0.5\n  port: %d\n", c.fallbackPort))
 	doc(`kind: OutboundRoute
 metadata: {name: acme-local, tenant: acme}
@@ -458,9 +458,9 @@ func TestTrunkInbound(t *testing.T) {
 	})
 }
 
-// TestTrunkOutbound: acme's calls leave by its own route, a global route and
-// the default trunk; a blocked prefix is refused as dialled and after
-// rewriting.
+// TestTrunkOutbound: acme's calls leave by its own route, a global route (to
+// a carrier that challenges the INVITE) and the default trunk; a blocked
+// prefix is refused as dialled and after rewriting.
 func TestTrunkOutbound(t *testing.T) {
 	requireSIPp(t)
 	cfg := trunkPBX{carrierPort: freePort(t), intlPort: freePort(t), localPort: freePort(t), fallbackPort: freePort(t)}
@@ -480,14 +480,16 @@ func TestTrunkOutbound(t *testing.T) {
 		name, number, trunk, ip string
 		port                    int
 		sent, pai               string
+		scenario                string
 	}{
-		{"tenant route", "9555123", "carrier", "127.0.0.2", cfg.carrierPort, "+1555123", `"Acme" <sip:+15550100@`},
-		{"global route", "0044207946", "intl", "127.0.0.3", cfg.intlPort, "+44207946", `"Acme" <sip:+15550100@`},
-		{"default trunk", "5551234", "fallback", "127.0.0.5", cfg.fallbackPort, "5551234", `"Acme" <sip:+15550100@`},
+		{"tenant route", "9555123", "carrier", "127.0.0.2", cfg.carrierPort, "+1555123", `"Acme" <sip:+15550100@`, "uas_answer.xml"},
+		// This carrier challenges the INVITE: the trunk's auth answers.
+		{"global route", "0044207946", "intl", "127.0.0.3", cfg.intlPort, "+44207946", `"Acme" <sip:+15550100@`, "carrier_uas_auth.xml"},
+		{"default trunk", "5551234", "fallback", "127.0.0.5", cfg.fallbackPort, "5551234", `"Acme" <sip:+15550100@`, "uas_answer.xml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := "carrier-" + tc.trunk
-			uas := startSIPp(t, dir, name, 60*time.Second, "-sf", "uas_answer.xml", "-m", "1",
+			uas := startSIPp(t, dir, name, 60*time.Second, "-sf", tc.scenario, "-m", "1",
 				"-p", strconv.Itoa(tc.port), "-i", tc.ip, "-mi", tc.ip, "-mp", strconv.Itoa(freePort(t)), "-rtp_echo", "-t", "u1")
 			time.Sleep(300 * time.Millisecond)
 			call(tc.number, "uac_call.xml")
