@@ -273,11 +273,12 @@ func carrierCall(t *testing.T, p *pbxProc, dir, name, ip, number, scenario strin
 
 // TestTrunkRegistersWithDigest: the trunk registers to a SIPp registrar on
 // 127.0.0.2 with digest and re-registers before the granted 6 s run out
-// (the scenario waits at most 6 s for it); the API shows the live state.
+// (the scenario waits at most 6 s for it); the API shows the live state,
+// and a call the carrier sends to the registered Contact routes by its To.
 func TestTrunkRegistersWithDigest(t *testing.T) {
 	requireSIPp(t)
 	dir := scenarioDir(t, nil)
-	regPort := freePort(t)
+	regPort, bobPort := freePort(t), freePort(t)
 	reg := startSIPp(t, dir, "registrar", 40*time.Second, "-sf", "carrier_registrar.xml", "-m", "1",
 		"-p", strconv.Itoa(regPort), "-i", "127.0.0.2", "-t", "u1")
 	time.Sleep(300 * time.Millisecond)
@@ -320,6 +321,22 @@ func TestTrunkRegistersWithDigest(t *testing.T) {
 	if !found {
 		t.Fatalf("trunk carrier not listed: %+v", trunks)
 	}
+
+	// The carrier sends a call to the registered Contact (pbxline) with the
+	// number in To: the number routes, not the contact user.
+	registerAs(t, p, dir, "bob", "127.0.0.1", bobPort)
+	if err := os.WriteFile(filepath.Join(dir, "did.csv"), []byte("SEQUENTIAL\n+15550001\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	uas := answerAt(t, dir, "bob", "127.0.0.1", bobPort, p.sipPort, "uas_answer.xml")
+	uac := startSIPp(t, dir, "carrier-call", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "carrier_call_contact.xml", "-inf", "did.csv", "-s", "pbxline",
+		"-m", "1", "-d", "500", "-p", strconv.Itoa(freePort(t)), "-i", "127.0.0.2", "-mi", "127.0.0.2", "-mp", strconv.Itoa(freePort(t)), "-t", "u1")
+	mustExit0(t, uac, dir, "carrier call")
+	mustExit0(t, uas, dir, "bob")
+	rec := waitRecord(t, p.dataDir, "demo", func(r map[string]any) bool { return field(r, "did") == "+15550001" })
+	expect(t, rec, map[string]string{"direction": "inbound", "trunk": "carrier", "cause": "answered", "answered_by": "101"})
+
 	if code, body := api.do("POST", "/v1/trunks/carrier/refresh"); code != 202 {
 		t.Errorf("refresh: %d %s", code, body)
 	}
