@@ -42,11 +42,16 @@ const (
 	nonce    = "0123456789abcdef"
 )
 
-func startServer(t *testing.T, host string) *sipcore.Server {
+// startServer binds a SIP server on host, lets setup register handlers
+// (before Run, as sipcore requires) and runs it.
+func startServer(t *testing.T, host string, setup func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
 	s, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{{ID: "udp", Transport: "udp", BindHost: host}}}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -58,8 +63,7 @@ func startServer(t *testing.T, host string) *sipcore.Server {
 func startRegistrar(t *testing.T, status int) *registrar {
 	t.Helper()
 	r := &registrar{status: status}
-	r.srv = startServer(t, "127.0.0.2")
-	r.srv.Handle(sip.REGISTER, r.handle)
+	r.srv = startServer(t, "127.0.0.2", func(s *sipcore.Server) { s.Handle(sip.REGISTER, r.handle) })
 	<-r.srv.Ready()
 	r.addr, _ = r.srv.Addr("udp")
 	return r
@@ -110,7 +114,7 @@ func (r *registrar) snapshot() ([]registered, int) {
 
 func startPBX(t *testing.T, tr Trunk, opts Options) *Manager {
 	t.Helper()
-	pbx := startServer(t, "127.0.0.1")
+	pbx := startServer(t, "127.0.0.1", nil)
 	<-pbx.Ready()
 	opts.SIP = pbx
 	m, err := New([]Trunk{tr}, opts, nil)
@@ -208,7 +212,7 @@ func TestRegisterFailureBacksOff(t *testing.T) {
 // TestRegisterNoAnswer: a registrar that never answers is a failure with a
 // time-out, not a hang.
 func TestRegisterNoAnswer(t *testing.T) {
-	silent := startServer(t, "127.0.0.3") // bound, never answers REGISTER: 405 would be an answer
+	silent := startServer(t, "127.0.0.3", nil) // bound, never answers REGISTER: 405 would be an answer
 	<-silent.Ready()
 	addr, _ := silent.Addr("udp")
 	silent.Close()
