@@ -438,7 +438,7 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 		c.fail(sip.StatusServiceUnavailable, CauseError, "no media ports")
 		return
 	}
-	c.callerLeg.SetRemote(offer.AudioAddr())
+	c.callerLeg.ApplySDP(offer)
 	c.callerOrig = sdp.NewOrigin()
 	c.callerOrig.Username = c.m.sip.UserAgent()
 

@@ -177,7 +177,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	c.mu.Unlock()
 
 	if answerSDP != nil {
-		w.media.SetRemote(answerSDP.AudioAddr())
+		w.media.ApplySDP(answerSDP)
 	}
 	if err := c.session.Bridge(c.callerLeg, w.media); err != nil {
 		c.log.Warn("bridge", "err", err)

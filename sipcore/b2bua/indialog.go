@@ -139,7 +139,7 @@ func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.
 	if err != nil {
 		return plain(sip.StatusNotAcceptableHere)
 	}
-	fromMedia.SetRemote(offer.AudioAddr())
+	fromMedia.ApplySDP(offer)
 
 	relayOffer := toOrigin.Offer(c.mediaAddr, toMedia.Port(), common, offer.Direction)
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
@@ -155,7 +155,7 @@ func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.
 	dir := sdp.Direction("")
 	codecs := common
 	if answer != nil {
-		toMedia.SetRemote(answer.AudioAddr())
+		toMedia.ApplySDP(answer)
 		dir = answer.Direction
 		if len(answer.Codecs) > 0 {
 			codecs = answer.Codecs

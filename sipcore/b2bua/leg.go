@@ -248,7 +248,7 @@ func (l *outLeg) run() {
 			if r.StatusCode == sip.StatusSessionInProgress && len(r.Body()) > 0 {
 				if p, err := sdp.Parse(r.Body()); err == nil {
 					desc = p
-					l.media.SetRemote(p.AudioAddr())
+					l.media.ApplySDP(p)
 				}
 			}
 			l.send(legEvent{kind: legProgress, sdp: desc})
