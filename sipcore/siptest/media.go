@@ -81,10 +81,15 @@ func (m *Media) Remote() netip.AddrPort {
 // Send sends one RTP packet carrying payload and returns its sequence
 // number.
 func (m *Media) Send(payload []byte) (uint16, error) {
+	return m.SendPT(m.pt, payload)
+}
+
+// SendPT sends one RTP packet of payload type pt (telephone-event, say).
+func (m *Media) SendPT(pt uint8, payload []byte) (uint16, error) {
 	m.mu.Lock()
 	m.seq++
 	m.ts += 160
-	p := rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: m.pt, SequenceNumber: m.seq, Timestamp: m.ts, SSRC: m.ssrc}, Payload: payload}
+	p := rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: pt, SequenceNumber: m.seq, Timestamp: m.ts, SSRC: m.ssrc}, Payload: payload}
 	remote := m.remote
 	m.mu.Unlock()
 	b, err := p.Marshal()

@@ -50,7 +50,10 @@ type Options struct {
 	PBX       netip.AddrPort // where requests go
 	// Codecs are the payload types offered, in order; default PCMU, PCMA.
 	Codecs []uint8
-	Log    *slog.Logger
+	// TelephoneEvent is the RFC 4733 payload type the phone offers and
+	// answers with; zero means 101.
+	TelephoneEvent uint8
+	Log            *slog.Logger
 }
 
 // Phone is a SIP user agent on a loopback socket.
@@ -187,6 +190,23 @@ func (p *Phone) newMedia(pt uint8) (*Media, error) {
 	p.medias = append(p.medias, m)
 	p.mu.Unlock()
 	return m, nil
+}
+
+// SetTelephoneEvent sets the telephone-event payload type of later offers and
+// answers.
+func (p *Phone) SetTelephoneEvent(pt uint8) {
+	p.mu.Lock()
+	p.opts.TelephoneEvent = pt
+	p.mu.Unlock()
+}
+
+func (p *Phone) te() uint8 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.opts.TelephoneEvent == 0 {
+		return 101
+	}
+	return p.opts.TelephoneEvent
 }
 
 // Addr is the phone's listening address.
@@ -412,7 +432,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		}
 		c.media = media
 		media.setRemote(offer.Addr)
-		_ = ds.Respond(183, "Session Progress", BuildSDP(media.Port(), common, "sendrecv"), sip.NewHeader("Content-Type", "application/sdp"))
+		_ = ds.Respond(183, "Session Progress", BuildSDPEvent(media.Port(), common, "sendrecv", p.te()), sip.NewHeader("Content-Type", "application/sdp"))
 		close(c.early)
 	} else {
 		_ = ds.Respond(180, "Ringing", nil)
@@ -466,7 +486,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		media.setRemote(offer.Addr)
 	}
 	c.setFinal(200)
-	if err := ds.RespondSDP(BuildSDP(media.Port(), common, "sendrecv")); err != nil {
+	if err := ds.RespondSDP(BuildSDPEvent(media.Port(), common, "sendrecv", p.te())); err != nil {
 		p.log.Debug("answer", "err", err)
 		return
 	}
@@ -557,7 +577,7 @@ func (p *Phone) DialWith(ctx context.Context, target string, headers ...sip.Head
 		return c
 	}
 	c.media = media
-	req.SetBody(BuildSDP(media.Port(), p.opts.Codecs, "sendrecv"))
+	req.SetBody(BuildSDPEvent(media.Port(), p.opts.Codecs, "sendrecv", p.te()))
 	go c.dial(ctx)
 	return c
 }

@@ -64,19 +64,24 @@ var codecNames = map[uint8]string{0: "PCMU", 8: "PCMA"}
 // BuildSDP renders an offer or answer on 127.0.0.1 with the given payload
 // types (plus telephone-event 101) and direction.
 func BuildSDP(port int, codecs []uint8, direction string) []byte {
+	return BuildSDPEvent(port, codecs, direction, 101)
+}
+
+// BuildSDPEvent is BuildSDP with telephone-event on payload type te.
+func BuildSDPEvent(port int, codecs []uint8, direction string, te uint8) []byte {
 	var b bytes.Buffer
 	b.WriteString("v=0\r\no=siptest 1 1 IN IP4 127.0.0.1\r\ns=siptest\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n")
 	fmt.Fprintf(&b, "m=audio %d RTP/AVP", port)
 	for _, c := range codecs {
 		fmt.Fprintf(&b, " %d", c)
 	}
-	b.WriteString(" 101\r\n")
+	fmt.Fprintf(&b, " %d\r\n", te)
 	for _, c := range codecs {
 		if n, ok := codecNames[c]; ok {
 			fmt.Fprintf(&b, "a=rtpmap:%d %s/8000\r\n", c, n)
 		}
 	}
-	b.WriteString("a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\na=ptime:20\r\n")
+	fmt.Fprintf(&b, "a=rtpmap:%d telephone-event/8000\r\na=fmtp:%d 0-16\r\na=ptime:20\r\n", te, te)
 	if direction == "" {
 		direction = "sendrecv"
 	}
