@@ -236,7 +236,7 @@ func cpuTime(t testing.TB, pid int) time.Duration {
 	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
-// sippCPU is the processor time an exited SIPp used.
+// cpu is the processor time an exited SIPp used.
 func (r *sippRun) cpu() time.Duration {
 	<-r.done
 	return r.cmd.ProcessState.UserTime() + r.cmd.ProcessState.SystemTime()
@@ -302,7 +302,7 @@ func BenchmarkSIPpRegister(b *testing.B) {
 
 	csv := map[string]string{}
 	for i := range procs {
-		csv[fmt.Sprintf("reg%d.csv", i)] = credentialsOf(users[i*len(users)/procs : (i+1)*len(users)/procs])
+		csv[fmt.Sprintf("reg%d.csv", i)] = credentials(users[i*len(users)/procs : (i+1)*len(users)/procs]...)
 	}
 	dir := scenarioDir(b, csv)
 	ports := make([]int, procs)
@@ -453,9 +453,6 @@ func summarise(counts map[string]int) string {
 	return b.String()
 }
 
-// credentialsOf is credentials for a list of users.
-func credentialsOf(users []string) string { return credentials(users...) }
-
 func readFileString(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
@@ -468,13 +465,23 @@ func readFileString(path string) string {
 // PBX_BENCH_CPS_RATES (default 300,600,900,1200 calls per second), stopping
 // at the first rate that is not sustained: 1% or more failed, or fewer than
 // 90% of the offered calls per second completed. Reports the highest
-// sustained rate and its failure percentage; every step is logged. Call
-// records are on, as in production, unless PBX_BENCH_CPS_CDR=off.
+// sustained rate and its failure percentage; every step is logged. It runs
+// twice: with call records (as in production: an in-flight marker is
+// written and fsynced before the caller hears the answer, the record at the
+// end) and without; PBX_BENCH_CPS_CDR=on or off runs one.
 func BenchmarkSIPpCallSetup(b *testing.B) {
+	for _, records := range []string{"on", "off"} {
+		if v := os.Getenv("PBX_BENCH_CPS_CDR"); v != "" && v != records {
+			continue
+		}
+		b.Run("records="+records, func(b *testing.B) { benchCallSetup(b, records == "off") })
+	}
+}
+
+func benchCallSetup(b *testing.B, noCDR bool) {
 	rates := benchEnvInts("PBX_BENCH_CPS_RATES", []int{300, 600, 900, 1200})
 	step := benchEnvDuration("PBX_BENCH_CPS_STEP", 8*time.Second)
 	hold := benchEnvDuration("PBX_BENCH_CPS_HOLD", 100*time.Millisecond)
-	noCDR := os.Getenv("PBX_BENCH_CPS_CDR") == "off"
 	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax, NoCDR: noCDR})
 	pid := p.cmd.Process.Pid
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
@@ -500,6 +507,7 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 		}
 		n := rate * int(step/time.Second)
 		name := fmt.Sprintf("uac%d", rate)
+		logFrom := len(p.log.String())
 		cpu0, uasCPU0, t0 := cpuTime(b, pid), cpuTime(b, uas.cmd.Process.Pid), time.Now()
 		uac := startSIPpLoad(b, dir, name, step+2*time.Minute,
 			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_call.xml", "-inf", "alice.csv",
@@ -521,7 +529,7 @@ func BenchmarkSIPpCallSetup(b *testing.B) {
 			rate, s.Created, s.OK, s.Failed, fail, s.Retrans, done, window.Round(time.Millisecond), s.Setup.Round(10*time.Microsecond), bucketString(s.SetupP99),
 			percent(pbxCPU.Seconds(), elapsed.Seconds()), percent(uac.cpu().Seconds(), elapsed.Seconds()), percent(uasCPU.Seconds(), elapsed.Seconds()), sustained)
 		if s.Failed > 0 {
-			b.Logf("%s failures: %s; pbx warnings: %s", name, sippFailures(filepath.Join(dir, name+".errors.log")), pbxWarnings(p.log.Since()))
+			b.Logf("%s failures: %s; pbx warnings: %s", name, sippFailures(filepath.Join(dir, name+".errors.log")), pbxWarnings(p.log.String()[logFrom:]))
 		}
 		if !sustained {
 			break
@@ -553,8 +561,8 @@ func bucketString(d time.Duration) string {
 // PBX: the caller's SIPp plays 20ms PCMA packets for the whole hold and the
 // callee's SIPp echoes them. Reports the resident memory per concurrent call
 // (VmRSS of the pbx with every call up minus before the first), the pbx CPU
-// while every call is up (in all and per relayed packet), and the loss the PBX's "media stats" lines show:
-// in_% is the share of the packets sent that reached the PBX, relay_loss_% the
+// while every call is up (in all and per relayed packet), and the loss the
+// PBX's "media stats" lines show: in_% is the share of the packets sent that reached the PBX, relay_loss_% the
 // share of packets received that the PBX did not send on, and
 // roundtrip_loss_% the share of the packets sent whose echo the PBX sent back
 // to the caller.
