@@ -31,8 +31,9 @@ type registered struct {
 	at      time.Time
 	expires string
 	contact string
-	callID  string
-	cseq    uint32
+	callID    string
+	cseq      uint32
+	transport string
 }
 
 const (
@@ -46,7 +47,8 @@ const (
 // (before Run, as sipcore requires) and runs it.
 func startServer(t *testing.T, host string, setup func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
-	s, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{{ID: "udp", Transport: "udp", BindHost: host}}}, nil)
+	s, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{
+		{ID: "udp", Transport: "udp", BindHost: host}, {ID: "tcp", Transport: "tcp", BindHost: host}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func (r *registrar) handle(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	exp := req.GetHeader("Expires").Value()
 	r.accepted = append(r.accepted, registered{at: time.Now(), expires: exp, contact: req.Contact().Address.String(),
-		callID: req.CallID().Value(), cseq: req.CSeq().SeqNo})
+		callID: req.CallID().Value(), cseq: req.CSeq().SeqNo, transport: req.Transport()})
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	ct := *req.Contact()
 	ct.Params = sip.HeaderParams{{K: "expires", V: exp}}
@@ -221,5 +223,19 @@ func TestRegisterNoAnswer(t *testing.T) {
 	waitFor(t, "failure reported", func() bool { return m.Status()[0].State == StateFailed })
 	if st := m.Status()[0]; st.LastError == "" {
 		t.Errorf("no error: %+v", st)
+	}
+}
+
+// TestRegisterOverTCP: a tcp trunk registers over TCP with a Contact that
+// says so.
+func TestRegisterOverTCP(t *testing.T) {
+	reg := startRegistrar(t, sip.StatusOK)
+	tcp, _ := reg.srv.Addr("tcp")
+	m := startPBX(t, Trunk{Name: "carrier", Host: "127.0.0.2", Port: int(tcp.Port()), Transport: "tcp", Username: testUser, Password: testPass,
+		Register: true, Expiry: time.Minute}, Options{})
+	waitFor(t, "registered", func() bool { return m.Status()[0].State == StateRegistered })
+	acc, _ := reg.snapshot()
+	if len(acc) != 1 || acc[0].transport != "TCP" || !strings.HasSuffix(acc[0].contact, ";transport=tcp") || acc[0].expires != "60" {
+		t.Errorf("registrations %+v", acc)
 	}
 }
