@@ -28,9 +28,9 @@ type registrar struct {
 }
 
 type registered struct {
-	at      time.Time
-	expires string
-	contact string
+	at        time.Time
+	expires   string
+	contact   string
 	callID    string
 	cseq      uint32
 	transport string
