@@ -42,18 +42,21 @@ func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registr
 }
 
 // identify trusts an INVITE from a trunk's source address without a
-// challenge. An INVITE from elsewhere without credentials whose From names
-// no tenant's domain cannot be a phone of ours: it is refused (403) rather
-// than challenged. Everything else is challenged.
+// challenge. Any other INVITE must authenticate: it is challenged (407),
+// unless neither its From host nor its Request-URI host is a tenant's
+// domain, when no credentials could ever match and it is refused (403) at
+// once. A request with credentials or a room-service grant (X-Pbx-Token)
+// is left to those checks.
 func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
-	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil {
+	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil || req.GetHeader("X-Pbx-Token") != nil {
 		return b2bua.Caller{}, false, nil
 	}
 	if tr, ok := r.trunks.Match(src.Addr(), req.Recipient.User); ok {
 		return b2bua.Caller{Kind: b2bua.KindTrunk, Tenant: tr.Tenant, Trunk: tr.Name}, true, nil
 	}
-	if from := req.From(); from != nil && r.dir.ByDomain(from.Address.Host) == nil {
-		err := fmt.Errorf("INVITE from %s: no trunk has this address and %q is no tenant's domain", src, from.Address.Host)
+	from := req.From()
+	if from != nil && r.dir.ByDomain(from.Address.Host) == nil && r.dir.ByDomain(req.Recipient.Host) == nil {
+		err := fmt.Errorf("INVITE from %s: no trunk has this address and neither %q nor %q is a tenant's domain", src, from.Address.Host, req.Recipient.Host)
 		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err)
 		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
 	}

@@ -161,6 +161,14 @@ func TestIdentify(t *testing.T) {
 	if trusted || rej != nil {
 		t.Errorf("a phone of demo.test must be challenged: %v %+v", trusted, rej)
 	}
+	_, trusted, rej = r.identify(invite(t, "sip:+15550100@demo.test", "sip:+1999@carrier.example"), stranger)
+	if trusted || rej != nil {
+		t.Errorf("an INVITE for a tenant's domain must be challenged: %v %+v", trusted, rej)
+	}
+	_, trusted, rej = r.identify(invite(t, "sip:+15550100@127.0.0.1", "sip:+1999@carrier.example", sip.NewHeader("X-Pbx-Token", "grant")), stranger)
+	if trusted || rej != nil {
+		t.Errorf("a room-service grant is for its own check: %v %+v", trusted, rej)
+	}
 }
 
 func route(t *testing.T, r *router, in *b2bua.Inbound) b2bua.Decision {

@@ -348,7 +348,7 @@ func TestTrunkRegistersWithDigest(t *testing.T) {
 // TestTrunkInbound: calls from carriers reach extensions by DID, an
 // override takes another tenant's number, a ring group rings carol then
 // bob, an unknown number on a pinned trunk is no_route, and the same INVITE
-// from an address of no trunk is refused.
+// from an address of no trunk is challenged instead of routed.
 func TestTrunkInbound(t *testing.T) {
 	requireSIPp(t)
 	p, _ := startTrunkPBX(t, trunkPBX{carrierPort: freePort(t), intlPort: freePort(t), localPort: freePort(t), fallbackPort: freePort(t)})
@@ -466,11 +466,13 @@ func TestTrunkInbound(t *testing.T) {
 		}
 	})
 
-	t.Run("untrusted address refused", func(t *testing.T) {
-		uac := carrierCall(t, p, dir, "stranger", "127.0.0.9", "+15550001", "carrier_403.xml")
+	t.Run("untrusted address must authenticate", func(t *testing.T) {
+		uac := carrierCall(t, p, dir, "stranger", "127.0.0.9", "+15550001", "carrier_407.xml")
 		mustExit0(t, uac, dir, "stranger")
-		if !strings.Contains(p.log.String(), "no trunk has this address") {
-			t.Error("the refusal is not logged")
+		for _, r := range recordsOf(t, p.dataDir, "demo") {
+			if strings.HasPrefix(field(r, "source"), "127.0.0.9:") {
+				t.Errorf("the stranger's INVITE was routed: %v", r)
+			}
 		}
 	})
 }
