@@ -218,8 +218,8 @@ func (r *router) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity
 }
 
 // trunkLeg is the INVITE toward a trunk: sip:number@host:port through the
-// trunk's listener, with its credentials for a 401/407 and the caller
-// identity in P-Asserted-Identity.
+// trunk's listener, with its credentials for a 401/407 and the configured
+// caller identity in P-Asserted-Identity.
 func (r *router) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTarget, error) {
 	tr := res.Trunk
 	ep, err := r.sip.Endpoint(tr.Transport, tr.TransportID)
@@ -247,7 +247,9 @@ func (r *router) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTar
 	if id.Host == "" {
 		id.Host = ep.Host
 	}
-	if id.User != "" {
+	// Assert only an identity configured for the purpose (account, tenant
+	// or trunk callerId), never a bare extension or a forwarded caller.
+	if res.CallerID.Number != "" {
 		pai := fmt.Sprintf("<sip:%s@%s>", headerSafe(id.User), id.Host)
 		if n := headerSafe(id.DisplayName); n != "" {
 			pai = strconv.Quote(n) + " " + pai
