@@ -199,7 +199,11 @@ func (r *router) account(tn, ext string) *tenant.Account {
 func (r *router) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity {
 	caller := in.Caller
 	if caller.Kind == b2bua.KindTrunk {
-		return b2bua.Identity{User: in.From.User, DisplayName: in.FromName, Host: res.Domain}
+		id := b2bua.Identity{User: in.From.User, DisplayName: in.FromName, Host: res.Domain}
+		if res.Kind == routing.KindTrunk {
+			id.Host = "" // forwarded to a carrier: from the PBX's own address
+		}
+		return id
 	}
 	id := b2bua.Identity{User: caller.Extension, DisplayName: caller.DisplayName}
 	if t := r.dir.Get(tenant.ID(caller.Tenant)); t != nil {
