@@ -92,6 +92,7 @@ spec:
 	route("demo", "main", "+15550001", "extension", "101")
 	route("demo", "front", "+15550003", "ring_group", "front")
 	route("demo", "all", "+15550004", "ring_group", "all")
+	route("demo", "forward", "+15550005", "external", "0044207000")
 	route("acme", "zed", "+15550002", "extension", "200")
 	route("closed", "cleo", "+15550300", "extension", "300")
 	doc(`kind: InboundOverride
@@ -478,8 +479,9 @@ func TestTrunkInbound(t *testing.T) {
 }
 
 // TestTrunkOutbound: acme's calls leave by its own route, a global route (to
-// a carrier that challenges the INVITE) and the default trunk; a blocked
-// prefix is refused as dialled and after rewriting.
+// a carrier that challenges the INVITE) and the default trunk; an inbound
+// route forwards a carrier's call to an external number; a blocked prefix
+// is refused as dialled and after rewriting.
 func TestTrunkOutbound(t *testing.T) {
 	requireSIPp(t)
 	cfg := trunkPBX{carrierPort: freePort(t), intlPort: freePort(t), localPort: freePort(t), fallbackPort: freePort(t)}
@@ -527,6 +529,27 @@ func TestTrunkOutbound(t *testing.T) {
 			}
 		})
 	}
+	t.Run("inbound forwarded to an external number", func(t *testing.T) {
+		uas := startSIPp(t, dir, "carrier-intl-fwd", 60*time.Second, "-sf", "carrier_uas_auth.xml", "-m", "1",
+			"-p", strconv.Itoa(cfg.intlPort), "-i", "127.0.0.3", "-mi", "127.0.0.3", "-mp", strconv.Itoa(freePort(t)), "-rtp_echo", "-t", "u1")
+		time.Sleep(300 * time.Millisecond)
+		uac := carrierCall(t, p, dir, "carrier-fwd", "127.0.0.2", "+15550005", "carrier_call.xml")
+		mustExit0(t, uac, dir, "carrier")
+		mustExit0(t, uas, dir, "intl")
+		msgs, _ := os.ReadFile(filepath.Join(dir, "carrier-intl-fwd.messages.log"))
+		if !strings.Contains(string(msgs), fmt.Sprintf("INVITE sip:+44207000@127.0.0.3:%d", cfg.intlPort)) ||
+			!strings.Contains(string(msgs), "From: \"Caller\" <sip:+15557654321@127.0.0.1>") {
+			t.Errorf("the forwarded INVITE:\n%s", tail(string(msgs), 40))
+		}
+		rec := waitRecord(t, p.dataDir, "demo", func(r map[string]any) bool { return field(r, "did") == "+15550005" })
+		expect(t, rec, map[string]string{"direction": "inbound", "trunk": "carrier", "cause": "answered"})
+		if legs := list(rec, "legs"); len(legs) != 1 || field(legs[0], "kind") != "trunk" || field(legs[0], "target") != "intl" {
+			t.Errorf("legs %v", legs)
+		}
+		if s := steps(rec); !strings.Contains(s, "external:") || !strings.Contains(s, "global route world") {
+			t.Errorf("steps %s", s)
+		}
+	})
 	for _, tc := range []struct{ name, number, reason string }{
 		{"blocked as dialled", "1900555", "matches blocked prefix 1900"},
 		{"blocked after rewrite", "8555", "(sent as 1900555) matches blocked prefix 1900"},
