@@ -1,0 +1,163 @@
+package guard
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Ban is an active ban of one address.
+type Ban struct {
+	IP       netip.Addr
+	Reason   string
+	Since    time.Time
+	Until    time.Time
+	Offences int // this ban included
+}
+
+// OnAuthFailure has the shape of the registrar's and the call manager's
+// OnAuthFailure hooks: it records the failure of src and logs the account
+// tried when the failure bans the source.
+func (g *Guard) OnAuthFailure(src netip.AddrPort, domain, username string) {
+	if b, ok := g.RecordAuthFailure(src); ok {
+		g.log.Warn("source banned", "remote", src.Addr().String(), "reason", b.Reason,
+			"until", b.Until.UTC().Format(time.RFC3339), "offences", b.Offences, "domain", domain, "username", username)
+		return
+	}
+	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username)
+}
+
+// RecordAuthFailure counts wrong credentials from src. When they reach
+// authFailures within authWindow the address is banned and the ban is
+// returned with true.
+func (g *Guard) RecordAuthFailure(src netip.AddrPort) (Ban, bool) {
+	g.authFails.Add(1)
+	if !g.enabled || g.authFailures <= 0 {
+		return Ban{}, false
+	}
+	a := src.Addr().Unmap()
+	if g.exempt(a) {
+		return Ban{}, false
+	}
+	now := g.clock()
+	sh := g.shardOf(a)
+	sh.mu.Lock()
+	s := sh.m[a]
+	if s == nil {
+		s = g.track(sh, a, now)
+	}
+	if s == nil {
+		// The tracker is full: make room rather than let a brute force go
+		// unbanned.
+		sh.mu.Unlock()
+		evicted := g.evictOne(now)
+		sh.mu.Lock()
+		if s = sh.m[a]; s == nil && evicted {
+			s = g.track(sh, a, now)
+		}
+		if s == nil {
+			sh.mu.Unlock()
+			g.untracked.Add(1)
+			return Ban{}, false
+		}
+	}
+	defer sh.mu.Unlock()
+	if s.until > now {
+		// Requests already in flight when the ban began.
+		return Ban{}, false
+	}
+	keep := s.failures[:0]
+	for _, t := range s.failures {
+		if now-t < g.authWindow {
+			keep = append(keep, t)
+		}
+	}
+	s.failures = append(keep, now)
+	if len(s.failures) < g.authFailures {
+		return Ban{}, false
+	}
+	s.failures = s.failures[:0]
+	if s.offences > 0 && now-s.until >= g.banMax {
+		s.offences = 0
+	}
+	s.offences++
+	s.since, s.until = now, now+g.banFor(s.offences)
+	s.reason = fmt.Sprintf("%d authentication failures within %s", g.authFailures, g.authWindow)
+	g.bansIssued.Add(1)
+	return g.banOf(a, s), true
+}
+
+// banFor is banDuration doubled per offence after the first, at most banMax.
+func (g *Guard) banFor(offences int) time.Duration {
+	d := g.banDuration
+	for i := 1; i < offences && d < g.banMax; i++ {
+		d *= 2
+	}
+	return min(d, g.banMax)
+}
+
+// evictOne forgets one idle source to make room. It locks one shard at a
+// time, so the caller must hold none.
+func (g *Guard) evictOne(now time.Duration) bool {
+	for i := range g.shard {
+		sh := &g.shard[i]
+		sh.mu.Lock()
+		for a, s := range sh.m {
+			if g.idle(s, now) {
+				delete(sh.m, a)
+				sh.mu.Unlock()
+				g.tracked.Add(-1)
+				return true
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return false
+}
+
+func (g *Guard) banOf(a netip.Addr, s *source) Ban {
+	return Ban{IP: a, Reason: s.reason, Since: g.at(s.since), Until: g.at(s.until), Offences: s.offences}
+}
+
+// Bans lists the active bans, oldest first. Expired bans are not listed.
+func (g *Guard) Bans() []Ban {
+	now := g.clock()
+	out := []Ban{}
+	for i := range g.shard {
+		sh := &g.shard[i]
+		sh.mu.Lock()
+		for a, s := range sh.m {
+			if s.until > now {
+				out = append(out, g.banOf(a, s))
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y Ban) int {
+		if c := x.Since.Compare(y.Since); c != 0 {
+			return c
+		}
+		return x.IP.Compare(y.IP)
+	})
+	return out
+}
+
+// Lift ends the ban of ip at once and forgets its offences and failures,
+// so its next ban starts again at banDuration. ErrNotBanned when ip has no
+// active ban.
+func (g *Guard) Lift(ip netip.Addr) error {
+	a := ip.Unmap()
+	now := g.clock()
+	sh := g.shardOf(a)
+	sh.mu.Lock()
+	s := sh.m[a]
+	if s == nil || s.until <= now {
+		sh.mu.Unlock()
+		return fmt.Errorf("lift %s: %w", a, ErrNotBanned)
+	}
+	s.since, s.until, s.offences, s.failures, s.reason = 0, 0, 0, nil, ""
+	sh.mu.Unlock()
+	g.log.Info("ban lifted", "remote", a.String())
+	return nil
+}
