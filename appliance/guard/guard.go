@@ -61,7 +61,7 @@ type Guard struct {
 	tracked atomic.Int64
 
 	packets, denied, rateLimited, banned, oversize atomic.Uint64
-	authFails, bansIssued, untracked              atomic.Uint64
+	authFails, bansIssued, untracked               atomic.Uint64
 }
 
 type shard struct {
