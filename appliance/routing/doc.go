@@ -33,7 +33,8 @@
 // the number unchanged, else no_route. Patterns are regular expressions
 // that are not implicitly anchored; strip removes digits from the front
 // before prepend adds its text. security.limits.blockedPrefixes (a
-// tenant's own list replaces the System's when it names any) is checked on
+// tenant's limits.blockedPrefixes, when spelled out, even empty, replaces
+// the System's) is checked on
 // the number as dialled and as it would be sent, whether or not the
 // security guard is enabled; a hit is 403, cause rejected, with the prefix
 // in the reason. Calls that a DID of the caller's own tenant or an inbound

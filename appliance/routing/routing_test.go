@@ -25,7 +25,10 @@ func base() *config.Config {
 		{Meta: meta(config.KindTenant, "acme", ""), Domain: "acme.test", AllowInterTenant: true,
 			CallerID:   config.CallerID{Number: "+15550100", Name: "Acme"},
 			RingGroups: []config.RingGroup{{Name: "sales", Extensions: []string{"100", "101"}, Strategy: config.StrategySequential}}},
-		{Meta: meta(config.KindTenant, "beta", ""), Domain: "Beta.Test", AllowInterTenant: true},
+		{Meta: meta(config.KindTenant, "beta", ""), Domain: "Beta.Test", AllowInterTenant: true,
+			Limits: &config.Limits{MaxConcurrentCalls: 5}},
+		{Meta: meta(config.KindTenant, "open", ""), Domain: "open.test",
+			Limits: &config.Limits{BlockedPrefixes: []string{}}},
 		{Meta: meta(config.KindTenant, "closed", ""), Domain: "closed.test",
 			Limits: &config.Limits{BlockedPrefixes: []string{"44"}}},
 	}
@@ -34,6 +37,7 @@ func base() *config.Config {
 		{Meta: meta(config.KindAccount, "bob", "acme"), Extension: "101"},
 		{Meta: meta(config.KindAccount, "zed", "beta"), Extension: "200"},
 		{Meta: meta(config.KindAccount, "cleo", "closed"), Extension: "300"},
+		{Meta: meta(config.KindAccount, "olly", "open"), Extension: "400"},
 	}
 	ir := func(name, tenant, did string, prio int, d *config.Destination) *config.InboundRoute {
 		return &config.InboundRoute{Meta: meta(config.KindInboundRoute, name, tenant), DID: did, Priority: prio, Destination: *d}
@@ -247,6 +251,8 @@ func TestOutbound(t *testing.T) {
 		{"blocked even without route", "beta", "zed", "00882123", KindReject, "", 403, "blocked prefix 00882", "", ""},
 		{"tenant limits replace the system's", "closed", "cleo", "1900123", KindTrunk, "fallback 1900123", 0, "", "", "default trunk"},
 		{"tenant's own blocked prefix", "closed", "cleo", "44123", KindReject, "", 403, "blocked prefix 44", "", ""},
+		{"tenant limits without prefixes keep the system's", "beta", "zed", "1900123", KindReject, "", 403, "blocked prefix 1900", "", ""},
+		{"tenant's empty list clears the system's", "open", "olly", "1900123", KindTrunk, "fallback 1900123", 0, "", "", "default trunk"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

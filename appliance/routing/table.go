@@ -56,7 +56,9 @@ func New(cfg *config.Config) *Table {
 			routes:      map[string][]*config.InboundRoute{},
 			blocked:     sysBlocked,
 		}
-		if tc.Limits != nil && len(nonEmpty(tc.Limits.BlockedPrefixes)) > 0 {
+		// A tenant's list replaces the System's when the tenant spells it
+		// out, even empty (key by key, as for the other limits).
+		if tc.Limits != nil && (tc.Limits.BlockedPrefixes != nil || tc.Has("limits.blockedPrefixes")) {
 			ti.blocked = nonEmpty(tc.Limits.BlockedPrefixes)
 		}
 		for i := range tc.RingGroups {
