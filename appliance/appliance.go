@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/datadir"
+	"pbx/appliance/guard"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
 	"pbx/db"
@@ -51,6 +52,8 @@ type Appliance struct {
 	db     *db.DB
 	cdr    *cdr.Store
 	dir    *tenant.Directory
+	guard  *guard.Guard
+	limits *guard.Limiter
 	sip    *sipcore.Server
 	reg    *registrar.Registrar
 	media  *rtpcore.Engine
@@ -105,6 +108,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		}
 	}
 	a.dir = tenant.New(cfg)
+	// The guard always runs: disabled, it admits everything but still counts.
+	if a.guard, err = guard.New(guard.Options{Security: sys.Security}, log.With("component", "guard")); err != nil {
+		return nil, fmt.Errorf("security: %w", err)
+	}
+	a.limits = guard.NewLimiter(cfg, nil)
 
 	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
 	sip.SetDefaultLogger(log.With("component", "sipgo"))
@@ -117,6 +125,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		UserAgent:    sys.SIP.UserAgent,
 		ContactUser:  *sys.SIP.ContactUser,
 		ExternalHost: sys.SIP.ExternalHost,
+		Admit:        a.guard.Admit,
 	}, log.With("component", "sip")); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}
@@ -125,7 +134,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth}
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -154,21 +163,24 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
 	}
 	obs = append(obs, rt.steps) // after the call log, which reads the steps
+	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
 	if a.calls, err = b2bua.New(b2bua.Options{
-		SIP:          a.sip,
-		Media:        a.media,
-		Auth:         auth,
-		Router:       rt,
-		Identify:     rt.identify,
-		Codecs:       codecs,
-		Observer:     obs,
-		MediaTimeout: sys.Media.Timeout.D(),
+		SIP:           a.sip,
+		Media:         a.media,
+		Auth:          auth,
+		Router:        rt,
+		Identify:      rt.identify,
+		Codecs:        codecs,
+		Observer:      obs,
+		MediaTimeout:  sys.Media.Timeout.D(),
+		OnAuthFailure: a.guard.OnAuthFailure,
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}
 
 	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks}
 	backends := src.backends()
+	backends.Guard = guardSource{a.guard}
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
 	}
@@ -211,6 +223,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
+	g.Go(func() error { return a.guard.Run(gctx) })
 	g.Go(func() error {
 		// Registrations leave from the listening sockets, once they serve.
 		select {
