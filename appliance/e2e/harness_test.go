@@ -163,6 +163,9 @@ type pbxConfig struct {
 	RTPMax   int     // zero: RTPMin+799
 	APIRate  float64 // api.rateLimit requests per minute and burst; zero: the defaults
 	LogLevel string  // zero: debug
+	// Security is the System's security block as YAML indented under spec
+	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).
+	Security string
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -200,6 +203,7 @@ spec:
 `, strconv.FormatFloat(c.APIRate, 'f', -1, 64))
 		}
 	}
+	b.WriteString(c.Security)
 	b.WriteString(`---
 configVersion: pbx/v1
 kind: Tenant
