@@ -132,7 +132,7 @@ func requireSvcrack(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("svcrack")
 	if err != nil {
-		t.Fatal("svcrack is not installed: run `make test-deps` (apt-get install sipvicious)")
+		t.Fatal("svcrack is not installed: apt-get install sipvicious")
 	}
 	return p
 }

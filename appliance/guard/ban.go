@@ -37,7 +37,7 @@ func (g *Guard) RecordAuthFailure(src netip.AddrPort) (Ban, bool) {
 		return Ban{}, false
 	}
 	a := src.Addr().Unmap()
-	if g.exempt(a) {
+	if !a.IsValid() || g.exempt(a) {
 		return Ban{}, false
 	}
 	now := g.clock()

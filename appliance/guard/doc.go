@@ -62,7 +62,9 @@
 // not the guard is enabled. Blocked prefixes are not checked here: routing
 // owns them.
 //
-// Caveats: addresses are tracked one by one, IPv6 included, so an attacker
+// Caveats: every SIP packet of a source counts toward its rate, responses
+// included, so a carrier sending more than packetRate packets per second
+// belongs in security.allow. Addresses are tracked one by one, IPv6 included, so an attacker
 // rotating through an IPv6 /64 is rate limited per address. security.acl
 // and requireSrtp are never read.
 package guard
