@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -56,15 +57,33 @@ func requireSIPp(t testing.TB) string {
 	return p
 }
 
-// freePort finds a port free for both UDP and TCP on 127.0.0.1.
+// Test ports come from above the kernel's ephemeral range (32768-60999 by
+// default), so that no client socket of another process running in parallel can
+// take a port between the moment it is chosen and the moment SIPp or the PBX binds it.
+const (
+	testPortMin = 61000
+	testPortMax = 65500
+)
+
+var nextPort atomic.Int32
+
+func init() {
+	nextPort.Store(int32(testPortMin + (os.Getpid()%45)*100))
+}
+
+// freePort returns a port free for both UDP and TCP on 127.0.0.1.
 func freePort(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < 50; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for i := 0; i < testPortMax-testPortMin; i++ {
+		port := int(nextPort.Add(1))
+		if port > testPortMax {
+			nextPort.CompareAndSwap(int32(port), testPortMin)
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
 		l.Close()
 		if err != nil {
