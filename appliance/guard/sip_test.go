@@ -274,3 +274,31 @@ func TestBruteForceRegisterBanned(t *testing.T) {
 		t.Fatalf("counters %+v", c)
 	}
 }
+
+// On the wire: a denied source and an oversize datagram get no answer, the
+// same request small and from elsewhere does.
+func TestDenyAndMaxDatagramOnTheWire(t *testing.T) {
+	sec := sipSecurity()
+	sec.Deny = []string{"127.0.0.4"}
+	sec.MaxDatagram = 600
+	p := startPBX(t, sec)
+	denied := newRawUA(t, "127.0.0.4", p.udp)
+	other := newRawUA(t, "127.0.0.3", p.udp)
+
+	denied.send(denied.options("denied-1"))
+	if res := denied.read(time.Second); res != "" {
+		t.Fatalf("denied source answered:\n%s", res)
+	}
+	padded := strings.Replace(other.options("big-1"), "Content-Length: 0", "X-Padding: "+strings.Repeat("a", 600)+"\r\nContent-Length: 0", 1)
+	other.send(padded)
+	if res := other.read(time.Second); res != "" {
+		t.Fatalf("oversize datagram answered:\n%s", res)
+	}
+	other.send(other.options("small-1"))
+	if res := other.read(5 * time.Second); status(res) != "200" {
+		t.Fatalf("small datagram from an admitted source: %q, want 200", res)
+	}
+	if c := p.g.Counters(); c.Denied != 1 || c.Oversize != 1 || c.Dropped != 2 {
+		t.Fatalf("counters %+v, want one denied and one oversize", c)
+	}
+}
