@@ -184,3 +184,27 @@ func TestGuardStopsSvcrack(t *testing.T) {
 		t.Fatalf("after lift svcrack did not get through:\n%s", out)
 	}
 }
+
+// TestGuardOffStillCounts: with no security block the guard admits
+// everything, lists no bans and still counts packets.
+func TestGuardOffStillCounts(t *testing.T) {
+	apiPort := freePort(t)
+	p := startPBX(t, pbxConfig{APIPort: apiPort, NoCDR: true, LogLevel: "info"})
+	api := apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", apiPort), token: testToken}
+	dir := scenarioDir(t, map[string]string{"guesses.csv": wrongPasswords(8)})
+	r := startSIPp(t, dir, "crack", 60*time.Second, fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "register_wrong.xml",
+		"-inf", "guesses.csv", "-m", "8", "-l", "1", "-i", "127.0.0.2", "-p", strconv.Itoa(freePort(t)))
+	if code := r.wait(); code != 0 {
+		t.Fatalf("with the guard off every guess must be answered 403: sipp exit %d\n%s", code, r.errors(dir))
+	}
+	code, body := api.do("GET", "/v1/security/bans")
+	if code != 200 || strings.TrimSpace(string(body)) != `{"bans":[]}` {
+		t.Fatalf("GET bans: %d %s, want an empty list", code, body)
+	}
+	var c guardCounters
+	api.getJSON("/v1/security/counters", &c)
+	// 8 guesses of 2 REGISTERs each, at least, reached the PBX.
+	if c.Packets < 16 || c.Dropped != 0 || c.AuthFailures != 8 || c.BansActive != 0 || c.Tracked != 0 {
+		t.Fatalf("counters %+v, want packets and failures counted and nothing dropped, tracked or banned", c)
+	}
+}
