@@ -67,7 +67,7 @@ type Guard struct {
 type shard struct {
 	mu sync.Mutex
 	m  map[netip.Addr]*source
-	_  [40]byte // keep neighbouring locks off one cache line
+	_  [48]byte // keep neighbouring locks off one cache line
 }
 
 // source is what the guard remembers of one address. Times are offsets

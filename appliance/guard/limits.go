@@ -18,6 +18,18 @@ type Release func(billed time.Duration)
 // Limiter enforces security.limits on calls: it reserves a call once its
 // tenant is known and gives the reservation back when the call ends. It is
 // safe for concurrent use.
+//
+// With the b2bua manager, the Limiter is one of its observers and the
+// router calls ReserveCall once routing has named the tenant:
+//
+//	account := "" // per-account limits apply to authenticated endpoints
+//	if in.Caller.Kind == b2bua.KindEndpoint {
+//		account = in.Caller.Username
+//	}
+//	if err := limits.ReserveCall(in.ID, tenant, account, outbound); err != nil {
+//		// refuse the call, e.g. 503 for ErrConcurrentCalls and
+//		// ErrConcurrentPerAccount, 403 for the outbound limits
+//	}
 type Limiter struct {
 	now     func() time.Time
 	sys     config.Limits
