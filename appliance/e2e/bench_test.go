@@ -571,11 +571,21 @@ func bucketString(d time.Duration) string {
 // PBX: the caller's SIPp plays 20ms PCMA packets for the whole hold and the
 // callee's SIPp echoes them. Reports the resident memory per concurrent call
 // (VmRSS of the pbx with every call up minus before the first), the pbx CPU
-// while every call is up (in all and per relayed packet), and the loss the
-// PBX's "media stats" lines show: in_% is the share of the packets sent that reached the PBX, relay_loss_% the
-// share of packets received that the PBX did not send on, and
-// roundtrip_loss_% the share of the packets sent whose echo the PBX sent back
-// to the caller.
+// while every call is up (in all, and per packet received and sent on), and
+// the loss the PBX's "media stats" lines show:
+//
+//   - in_%: of the packets the caller's SIPp was to send, the share the PBX
+//     read on the caller's leg (short when SIPp cannot keep its pace or a
+//     socket overflows);
+//   - relay_loss_%: of the packets the PBX read on either leg, the share it
+//     did not send on to the other: the PBX's own loss;
+//   - roundtrip_loss_%: of the packets the caller's SIPp was to send, the
+//     share whose echo the PBX did not send back to the caller. It includes
+//     the echoing SIPp, whose single echo socket overflows first (from about
+//     1,000 calls on two cores).
+//
+// The SIPps' overload warnings (their watchdog) are logged: with many calls
+// the figures then describe the load generator as much as the PBX.
 func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	n := benchEnvInt("PBX_BENCH_CALLS", 100)
 	hold := benchEnvDuration("PBX_BENCH_HOLD", 20*time.Second)
@@ -636,7 +646,6 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 		b.Logf("caller: sipp exit %d, %d of %d calls failed\n%s", code, s.Failed, s.Created, tail(readFileString(filepath.Join(dir, "uac.errors.log")), 10))
 	}
 	b.StopTimer()
-	_ = uas
 
 	// Every call's media stats line, logged when it ends.
 	var lines []string
@@ -680,6 +689,11 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	b.ReportMetric(percent(sent-float64(tot["caller_packets_out"]), sent), "roundtrip_loss_%")
 	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v",
 		up, len(lines), hold, packets, rssBefore, rssUp, tot)
+	for _, r := range []*sippRun{uac, uas} {
+		if w := strings.Count(readFileString(filepath.Join(dir, r.name+".errors.log")), "Overload warning"); w > 0 {
+			b.Logf("SIPp %s: %d overload warnings (its watchdog found it behind)", r.name, w)
+		}
+	}
 }
 
 // requireWrk fails (never skips) when wrk is missing, with the command to install it.
