@@ -5,8 +5,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X pbx/appliance/buildinfo.Version=$(VERSION)
 QUICKSTART := packaging/quickstart
 
-# Debian packages the tests drive as real peers: SIPp plays phones and carriers.
-TEST_DEBS := sip-tester:sipp
+# Debian packages the tests drive as real peers: SIPp plays phones and carriers,
+# sipvicious (svcrack) the password guesser the security guard must ban.
+TEST_DEBS := sip-tester:sipp sipvicious:svcrack
 
 .PHONY: all build run test test-go test-deps test-package bench lint package clean
 

@@ -157,7 +157,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
-	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, log.With("component", "routing"))
+	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.cdr != nil {
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})

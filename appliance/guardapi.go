@@ -27,7 +27,8 @@ func (s guardSource) Counters(ctx context.Context) (api.Counters, error) {
 	c := s.g.Counters()
 	return api.Counters{
 		Packets: c.Packets, Dropped: c.Dropped, Denied: c.Denied, RateLimited: c.RateLimited,
-		Banned: c.Banned, AuthFailure: c.AuthFailures, BansActive: c.BansActive, Tracked: c.Tracked,
+		Banned: c.Banned, AuthFailure: c.AuthFailures, Oversize: c.Oversize, Untracked: c.Untracked,
+		BansIssued: c.BansIssued, BansActive: c.BansActive, Tracked: c.Tracked,
 	}, nil
 }
 

@@ -39,7 +39,7 @@ func TestGuardSourceServesBansCountersAndLift(t *testing.T) {
 		t.Fatalf("bans %+v, %v", bans, err)
 	}
 	c, err := src.Counters(ctx)
-	want := api.Counters{Packets: 4, Dropped: 3, RateLimited: 2, Banned: 1, AuthFailure: 2, BansActive: 1, Tracked: 1}
+	want := api.Counters{Packets: 4, Dropped: 3, RateLimited: 2, Banned: 1, AuthFailure: 2, BansIssued: 1, BansActive: 1, Tracked: 1}
 	if err != nil || c != want {
 		t.Fatalf("counters %+v, want %+v (%v)", c, want, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
+	"pbx/appliance/guard"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
@@ -33,12 +34,13 @@ type router struct {
 	reg    *registrar.Registrar
 	sip    *sipcore.Server
 	trunks *trunk.Manager
+	limits *guard.Limiter // security.limits; nil means none
 	steps  *stepLog
 	log    *slog.Logger
 }
 
-func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager, log *slog.Logger) *router {
-	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, steps: newStepLog(), log: log}
+func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager, limits *guard.Limiter, log *slog.Logger) *router {
+	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, limits: limits, steps: newStepLog(), log: log}
 }
 
 // identify trusts an INVITE from a trunk's source address without a
@@ -119,9 +121,13 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	}
 	target := &b2bua.Target{Meta: meta, CallerID: r.callerID(in, res)}
 
-	switch res.Kind {
-	case routing.KindReject:
+	if res.Kind == routing.KindReject {
 		return rejectWith(target, res.Status, res.Cause, errors.New(res.Reason))
+	}
+	if rej := r.reserve(in, res); rej != nil {
+		return rejectWith(target, rej.Status, rej.Cause, rej.Err)
+	}
+	switch res.Kind {
 	case routing.KindExtension:
 		acct := r.account(res.Tenant, res.Extension)
 		target.Legs = b2bua.LegsFor(r.reg.Lookup(res.Tenant, res.Extension), r.sip.ConnectionOpen, res.Extension, res.Extension)
@@ -173,6 +179,29 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 
 // rejectWith refuses the call and still hands b2bua the target's metadata
 // (tenant, direction, did, trunk) for the call record.
+// reserve takes the call's place under security.limits once the tenant is known;
+// the Limiter gives it back when the call ends. Concurrency limits answer 503 (the
+// caller may try later), outbound rate and minutes limits 403.
+func (r *router) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejection {
+	if r.limits == nil || res.Tenant == "" {
+		return nil
+	}
+	account := "" // per-account limits apply to authenticated phones
+	if in.Caller.Kind == b2bua.KindEndpoint {
+		account = in.Caller.Username
+	}
+	err := r.limits.ReserveCall(in.ID, res.Tenant, account, res.Direction == routing.DirectionOutbound)
+	if err == nil {
+		return nil
+	}
+	status := sip.StatusForbidden
+	if errors.Is(err, guard.ErrConcurrentCalls) || errors.Is(err, guard.ErrConcurrentPerAccount) {
+		status = sip.StatusServiceUnavailable
+	}
+	r.log.Info("call refused by limits", "tenant", res.Tenant, "account", account, "err", err)
+	return &b2bua.Rejection{Status: status, Cause: b2bua.CauseRejected, Err: err}
+}
+
 func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Decision {
 	t.Legs = nil
 	return b2bua.Decision{Reject: &b2bua.Rejection{Status: status, Cause: cause, Err: err}, Target: t}

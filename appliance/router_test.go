@@ -12,6 +12,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/appliance/config"
+	"pbx/appliance/guard"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
@@ -33,6 +34,7 @@ kind: Tenant
 metadata: {name: demo}
 spec:
   domain: demo.test
+  limits: {maxConcurrentPerAccount: 1}
   callerId: {number: "+15550100", name: Demo}
   ringGroups:
     - {name: seq, extensions: ["101", "103", "102"], strategy: sequential, ringTimeout: 4s}
@@ -117,7 +119,7 @@ func newTestRouter(t *testing.T) *router {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newRouter(cfg, dir, reg, srv, trunks, slog.New(slog.DiscardHandler))
+	return newRouter(cfg, dir, reg, srv, trunks, guard.NewLimiter(cfg, nil), slog.New(slog.DiscardHandler))
 }
 
 func invite(t *testing.T, ruri, from string, hdrs ...sip.Header) *sip.Request {
@@ -277,5 +279,31 @@ func TestRouteRejectionKeepsMeta(t *testing.T) {
 	r.steps.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: in.ID}})
 	if st := r.steps.get(in.ID); len(st) != 0 {
 		t.Errorf("steps kept after the call ended: %+v", st)
+	}
+}
+
+// TestRouteReservesCallLimits: a second call of the same account while the first
+// holds its place is refused 503 by maxConcurrentPerAccount; once the first call
+// ends (the Limiter observes it) the account may call again.
+func TestRouteReservesCallLimits(t *testing.T) {
+	r := newTestRouter(t)
+	call := func(id b2bua.CallID) b2bua.Decision {
+		return r.Route(context.Background(), &b2bua.Inbound{
+			ID:         id,
+			Caller:     b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: "alice", Extension: "100"},
+			RequestURI: sip.Uri{User: "101", Host: "demo.test"}, To: sip.Uri{User: "101", Host: "demo.test"},
+		})
+	}
+	if d := call("c1"); d.Reject != nil {
+		t.Fatalf("first call refused: %+v", d.Reject)
+	}
+	d := call("c2")
+	if d.Reject == nil || d.Reject.Status != 503 || d.Reject.Cause != b2bua.CauseRejected {
+		t.Fatalf("second concurrent call: %+v", d)
+	}
+	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "c1", Tenant: "demo"}})
+	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "c2", Tenant: "demo"}})
+	if d := call("c3"); d.Reject != nil {
+		t.Fatalf("call after the first ended refused: %+v", d.Reject)
 	}
 }

@@ -129,6 +129,13 @@ type Counters struct {
 	RateLimited uint64 `json:"rate_limited"`
 	Banned      uint64 `json:"banned"`
 	AuthFailure uint64 `json:"auth_failures"`
-	BansActive  int    `json:"bans_active"`
-	Tracked     int    `json:"tracked"`
+	// Oversize counts datagrams dropped for exceeding security.maxDatagram
+	// (included in Dropped too).
+	Oversize uint64 `json:"oversize"`
+	// Untracked counts packets admitted without tracking because the tracker
+	// was full (security.maxTracked: the guard fails open).
+	Untracked  uint64 `json:"untracked"`
+	BansIssued uint64 `json:"bans_issued"`
+	BansActive int    `json:"bans_active"`
+	Tracked    int    `json:"tracked"`
 }
