@@ -287,6 +287,14 @@ func TestTrunkRegistersWithDigest(t *testing.T) {
 	mustExit0(t, reg, dir, "registrar")
 
 	msgs, _ := os.ReadFile(filepath.Join(dir, "registrar.messages.log"))
+	// The refresh must arrive before the granted 6 s run out. SIPp waits up to
+	// 12 s for it so that a loaded machine does not fail the scenario; the
+	// interval is measured from SIPp's own receive timestamps.
+	if at := authorizedRegisters(t, string(msgs)); len(at) < 2 {
+		t.Errorf("want two authenticated REGISTERs, got %d", len(at))
+	} else if gap := at[1].Sub(at[0]); gap >= 6*time.Second {
+		t.Errorf("re-registration came %s after the first, past the granted 6s", gap)
+	}
 	for _, want := range []string{"Contact: <sip:pbxline@127.0.0.1:" + strconv.Itoa(p.sipPort), "Expires: 6", "username=\"trunkuser\""} {
 		if !strings.Contains(string(msgs), want) {
 			t.Errorf("the REGISTERs lack %q", want)
@@ -604,4 +612,23 @@ func TestInterTenant(t *testing.T) {
 			t.Errorf("the closed tenant has %d records", n)
 		}
 	})
+}
+
+// authorizedRegisters returns when SIPp received each REGISTER that carried
+// credentials, from its message log ("----- YYYY-MM-DD HH:MM:SS.micro" headers).
+func authorizedRegisters(t *testing.T, log string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, entry := range strings.Split(log, "-----------------------------------------------")[1:] {
+		head, body, _ := strings.Cut(entry, "\n")
+		if !strings.Contains(body, "message received") || !strings.Contains(body, "REGISTER sip:") || !strings.Contains(body, "Authorization:") {
+			continue
+		}
+		at, err := time.ParseInLocation("2006-01-02 15:04:05.000000", strings.TrimSpace(head), time.Local)
+		if err != nil {
+			t.Fatalf("message log timestamp %q: %v", head, err)
+		}
+		out = append(out, at)
+	}
+	return out
 }
