@@ -32,12 +32,22 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(SweepInterval)
 	defer t.Stop()
+	m := time.NewTicker(MarkerSyncInterval)
+	defer m.Stop()
+	syncMarkers := func() {
+		if err := s.syncMarkers(); err != nil {
+			s.log.Error("sync in-flight call markers", "err", err)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			syncMarkers()
 			return nil
 		case <-t.C:
 			sweep()
+		case <-m.C:
+			syncMarkers()
 		}
 	}
 }
