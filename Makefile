@@ -8,8 +8,10 @@ QUICKSTART := packaging/quickstart
 # Debian packages the tests drive as real peers: SIPp plays phones and carriers,
 # sipvicious (svcrack) the password guesser the security guard must ban.
 TEST_DEBS := sip-tester:sipp sipvicious:svcrack
+# ... and what the benchmarks add: wrk loads the HTTP API.
+BENCH_DEBS := $(TEST_DEBS) wrk:wrk
 
-.PHONY: all build run test test-go test-deps test-package bench lint package clean
+.PHONY: all build run test test-go test-deps bench-deps test-package bench lint package clean
 
 all: build
 
@@ -29,9 +31,12 @@ test: test-deps lint build test-go test-package
 test-go:
 	PBX_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 15m ./...
 
-# Installs, with apt-get, whatever the tests need and is missing. Quiet when present.
-test-deps:
-	@missing=""; for d in $(TEST_DEBS); do pkg=$${d%%:*}; cmd=$${d##*:}; \
+# Installs, with apt-get, whatever the tests (bench-deps: the benchmarks) need and is
+# missing. Quiet when present.
+DEBS = $(TEST_DEBS)
+bench-deps: DEBS = $(BENCH_DEBS)
+test-deps bench-deps:
+	@missing=""; for d in $(DEBS); do pkg=$${d%%:*}; cmd=$${d##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -39,8 +44,9 @@ test-deps:
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
-bench: build
-	PBX_BIN=$(CURDIR)/bin $(GO) test -run '^$$' -bench . -benchmem -timeout 30m ./...
+# One package at a time (-p 1): the end-to-end load figures need the machine.
+bench: bench-deps build
+	PBX_BIN=$(CURDIR)/bin $(GO) test -p 1 -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

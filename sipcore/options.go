@@ -18,6 +18,9 @@ const (
 	// messages above sip.UDPMTUSize-200; New raises sip.UDPMTUSize so that
 	// this many bytes fit.
 	UDPMaxMessage = 8000
+	// UDPSocketBuffer is the receive and send buffer asked for on UDP
+	// listeners (the kernel grants at most net.core.rmem_max/wmem_max).
+	UDPSocketBuffer = 4 << 20
 )
 
 // Transport names a listener's protocol as written in the configuration.

@@ -191,6 +191,11 @@ func bindListener(l Listener) (*bound, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listener %q (udp %s): %w: %w", l.ID, ap, ErrBind, err)
 		}
+		// A burst (a phone fleet re-registering after a power cut, a load
+		// test) must queue in the kernel rather than be dropped and
+		// retransmitted; the kernel caps the size at net.core.rmem_max.
+		_ = c.SetReadBuffer(UDPSocketBuffer)
+		_ = c.SetWriteBuffer(UDPSocketBuffer)
 		b.udp = c
 		b.addr = c.LocalAddr().(*net.UDPAddr).AddrPort()
 	case TransportTCP:

@@ -64,6 +64,14 @@ create_directories() {
 	chmod 0750 /var/lib/pbx
 }
 
+# The UDP buffer maxima take effect at once where the kernel lets us (not in a
+# container or chroot, where this quietly does nothing); they apply at boot anyway.
+apply_sysctl() {
+	if command -v sysctl >/dev/null 2>&1; then
+		sysctl -q -p /usr/lib/sysctl.d/50-pbx.conf >/dev/null 2>&1 || true
+	fi
+}
+
 # The default configuration is copied, not shipped as a package conffile: an upgrade
 # then never overwrites the admin's edits and never stops at a dpkg conffile
 # prompt. It is copied only on first install and only into an empty /etc/pbx, so an
@@ -95,6 +103,7 @@ systemd_running() { [ -d /run/systemd/system ]; }
 
 create_user
 create_directories
+apply_sysctl
 if [ "$action" = install ]; then
 	install_default_config
 fi
