@@ -100,39 +100,12 @@ func startSIPpLoad(t testing.TB, dir, name string, timeout time.Duration, args .
 	return startSIPpArgs(t, dir, name, timeout, args...)
 }
 
-// startSIPpArgs starts SIPp with exactly args plus the error trace; the run is
+// startSIPpArgs starts SIPp with exactly args plus the error trace (no message
+// trace, which would cost SIPp more than the load it generates); the run is
 // bounded by timeout.
 func startSIPpArgs(t testing.TB, dir, name string, timeout time.Duration, args ...string) *sippRun {
 	t.Helper()
-	bin := requireSIPp(t)
-	args = append(args, "-nostdin", "-trace_err", "-error_file", filepath.Join(dir, name+".errors.log"))
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	r := &sippRun{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = r.out, r.out
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	go func() {
-		defer cancel()
-		err := cmd.Wait()
-		r.code = cmd.ProcessState.ExitCode()
-		if err != nil && r.code == 0 {
-			r.code = -1
-		}
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-r.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-r.done
-		}
-	})
-	return r
+	return launchSIPp(t, dir, name, timeout, false, args...)
 }
 
 // sippStats is the last line of a SIPp statistics file (cumulative counters).

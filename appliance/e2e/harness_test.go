@@ -403,13 +403,22 @@ func scenarioDir(t testing.TB, csv map[string]string) string {
 	return dir
 }
 
-// startSIPp starts SIPp in dir with args; the run is bounded by timeout.
+// startSIPp starts SIPp in dir with args, tracing errors and every message;
+// the run is bounded by timeout.
 func startSIPp(t testing.TB, dir, name string, timeout time.Duration, args ...string) *sippRun {
+	t.Helper()
+	return launchSIPp(t, dir, name, timeout, true, args...)
+}
+
+// launchSIPp starts SIPp; traceMessages adds -trace_msg (too costly under load).
+func launchSIPp(t testing.TB, dir, name string, timeout time.Duration, traceMessages bool, args ...string) *sippRun {
 	t.Helper()
 	bin := requireSIPp(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	args = append(args, "-nostdin", "-trace_err", "-error_file", filepath.Join(dir, name+".errors.log"),
-		"-trace_msg", "-message_file", filepath.Join(dir, name+".messages.log"))
+	args = append(args, "-nostdin", "-trace_err", "-error_file", filepath.Join(dir, name+".errors.log"))
+	if traceMessages {
+		args = append(args, "-trace_msg", "-message_file", filepath.Join(dir, name+".messages.log"))
+	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
 	r := &sippRun{name: name, cmd: cmd, out: &logBuffer{}, done: make(chan struct{})}
