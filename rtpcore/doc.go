@@ -37,11 +37,18 @@
 //
 // Caveats:
 //
-//   - The relay is one goroutine per leg socket reading into a buffer that
-//     is reused for every packet. Taps run on that goroutine: a Tap must
-//     return quickly and must not keep the Packet or its slices after it
-//     returns. A slow consumer should use NewQueueTap, which copies into a
-//     bounded queue and counts what it drops.
+//   - On Linux the relay is a few worker goroutines (one for every two
+//     Ps), each serving the sockets of many legs from its own epoll set
+//     and reading into one reused buffer; the sockets are its own,
+//     non-blocking and outside the Go runtime's poller. Elsewhere it is
+//     one goroutine per socket. Taps run on the relay's goroutine, so on
+//     Linux a slow Tap delays every leg of its worker: a Tap must return
+//     quickly and must not keep the Packet or its slices after it returns.
+//     A slow consumer should use NewQueueTap, which copies into a bounded
+//     queue and counts what it drops.
+//   - A relayed packet that finds the outgoing socket's send buffer full
+//     is dropped and counted as a send error rather than stalling the
+//     relay.
 //   - No transcoding: both legs of a bridge must have negotiated the same
 //     codec set, which rtpcore/sdp.Negotiate and the B2BUA guarantee.
 //   - RTCP is relayed unchanged between bridged legs on the odd port above

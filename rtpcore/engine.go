@@ -60,6 +60,8 @@ type Engine struct {
 	rtcp      bool
 	epoch     time.Time
 
+	io engineIO // the relay's readers, see relay_linux.go
+
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
 	closed   bool
@@ -163,6 +165,7 @@ func (e *Engine) Close() error {
 	for _, s := range ss {
 		_ = s.Close()
 	}
+	e.stopIO()
 	return e.pool.Close()
 }
 

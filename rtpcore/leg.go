@@ -1,8 +1,6 @@
 package rtpcore
 
 import (
-	"errors"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -19,7 +17,7 @@ const maxPacket = 2048
 type Leg struct {
 	sess  *Session
 	name  string
-	conn  *net.UDPConn
+	conn  *sock // RTP
 	local netip.AddrPort
 
 	peer   atomic.Pointer[Leg]
@@ -60,38 +58,31 @@ type Leg struct {
 	tsWall  time.Time
 	started bool
 
-	scratch Packet // reused for taps on the reader goroutine
+	scratch Packet // reused for taps by the leg's reader
 
 	// RTCP on the odd port; rtcp is nil when the engine relays no RTCP.
-	rtcp         *net.UDPConn
+	rtcp         *sock
 	rtcpTarget   atomic.Pointer[netip.AddrPort]
 	rtcpIn       atomic.Uint64
 	rtcpOut      atomic.Uint64
 	rtcpStrays   atomic.Uint64
 	rtcpLatched  bool // guarded by mu
 	rtcpExplicit bool // guarded by mu: set by SetRTCPRemote
-	rtcpDone     chan struct{}
 
 	closing   atomic.Bool
 	closeOnce sync.Once
-	done      chan struct{}
 }
 
-func newLeg(s *Session, name string, conn, rtcp *net.UDPConn) *Leg {
+func newLeg(s *Session, name string, conn, rtcp *sock) *Leg {
 	l := &Leg{
-		sess:     s,
-		name:     name,
-		conn:     conn,
-		rtcp:     rtcp,
-		local:    conn.LocalAddr().(*net.UDPAddr).AddrPort(),
-		done:     make(chan struct{}),
-		rtcpDone: make(chan struct{}),
-		ssrc:     randUint32(),
-		seq:      uint16(randUint32()),
-		ts:       randUint32(),
-	}
-	if rtcp == nil {
-		close(l.rtcpDone)
+		sess:  s,
+		name:  name,
+		conn:  conn,
+		rtcp:  rtcp,
+		local: conn.local,
+		ssrc:  randUint32(),
+		seq:   uint16(randUint32()),
+		ts:    randUint32(),
 	}
 	l.clockRate.Store(DefaultClockRate)
 	l.tePT.Store(-1)
@@ -213,17 +204,7 @@ func (l *Leg) Unbridge() {
 	}
 }
 
-func (l *Leg) isClosed() bool {
-	if l.closing.Load() {
-		return true
-	}
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Leg) isClosed() bool { return l.closing.Load() }
 
 // Close unbridges the leg, stops its reader and releases its port into
 // quarantine. It is idempotent.
@@ -234,37 +215,10 @@ func (l *Leg) Close() error {
 		if inj := l.inj.Load(); inj != nil {
 			_ = inj.Close()
 		}
-		l.sess.e.pool.Release(l.rtcp)
-		<-l.rtcpDone
-		l.sess.e.pool.Release(l.conn)
-		<-l.done
+		l.stopIO()
 		l.sess.dropLeg(l)
 	})
 	return nil
-}
-
-// readLoop is the leg's only reader; buf is reused for every packet.
-func (l *Leg) readLoop() {
-	defer close(l.done)
-	buf := make([]byte, maxPacket)
-	errs := 0
-	for {
-		n, src, err := l.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
-				return
-			}
-			// Transient errors (an ICMP error reported on read) must not
-			// end the leg, nor spin if they repeat.
-			errs++
-			if errs > 10 {
-				time.Sleep(10 * time.Millisecond)
-			}
-			continue
-		}
-		errs = 0
-		l.handle(buf[:n], src, time.Now())
-	}
 }
 
 // handle processes one received datagram.
@@ -373,7 +327,7 @@ func (l *Leg) send(pkt []byte) bool {
 		l.unsent.Add(1)
 		return false
 	}
-	if _, err := l.conn.WriteToUDPAddrPort(pkt, *t); err != nil {
+	if err := l.conn.sendTo(pkt, *t); err != nil {
 		l.sendErrors.Add(1)
 		now := time.Now().Unix()
 		if last := l.lastSendErrLog.Load(); now-last >= 10 && l.lastSendErrLog.CompareAndSwap(last, now) {

@@ -142,10 +142,36 @@ func (p *PortPool) AllocatePair() (rtp, rtcp *net.UDPConn, err error) {
 }
 
 func (p *PortPool) allocate(pair bool) (*net.UDPConn, *net.UDPConn, error) {
+	var conn, rtcp *net.UDPConn
+	_, err := p.take(func(port int) error {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port))))
+		if err != nil {
+			return err
+		}
+		if pair {
+			rtcp, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port+1))))
+			if err != nil {
+				c.Close()
+				return err
+			}
+		}
+		conn = c
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return conn, rtcp, nil
+}
+
+// take hands out the first free port that bind succeeds on; a port bind
+// fails on rests for a quarantine before it is tried again. bind runs with
+// the pool locked and must not call back into it.
+func (p *PortPool) take(bind func(port int) error) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, nil, ErrClosed
+		return 0, ErrClosed
 	}
 	now := p.now()
 	p.wakeLocked(now)
@@ -153,28 +179,20 @@ func (p *PortPool) allocate(pair bool) (*net.UDPConn, *net.UDPConn, error) {
 	for tries := len(p.free); tries > 0 && len(p.free) > 0; tries-- {
 		port := p.free[0]
 		p.free = p.free[1:]
-		conn, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port))))
-		var rtcp *net.UDPConn
-		if err == nil && pair {
-			rtcp, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(p.bindIP, uint16(port+1))))
-			if err != nil {
-				conn.Close()
-			}
-		}
-		if err != nil {
+		if err := bind(port); err != nil {
 			lastErr = err
 			p.resting = append(p.resting, quarantined{port: port, until: now.Add(p.quarantine)})
 			continue
 		}
 		p.inUse[port] = struct{}{}
-		return conn, rtcp, nil
+		return port, nil
 	}
 	if lastErr != nil {
 		p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "err", lastErr)
-		return nil, nil, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
+		return 0, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
 	}
 	p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", len(p.inUse), "quarantined", len(p.resting))
-	return nil, nil, ErrPortsExhausted
+	return 0, ErrPortsExhausted
 }
 
 // Release closes conn and puts its port into quarantine. Releasing a socket
@@ -186,6 +204,12 @@ func (p *PortPool) Release(conn *net.UDPConn) {
 	}
 	port := int(conn.LocalAddr().(*net.UDPAddr).AddrPort().Port())
 	_ = conn.Close()
+	p.release(port)
+}
+
+// release puts a port whose sockets are closed into quarantine; a port
+// the pool did not hand out is ignored.
+func (p *PortPool) release(port int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if _, ok := p.inUse[port]; !ok {

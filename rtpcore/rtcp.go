@@ -1,11 +1,6 @@
 package rtpcore
 
-import (
-	"errors"
-	"net"
-	"net/netip"
-	"time"
-)
+import "net/netip"
 
 // RTCP travels on the odd port above each leg's RTP port and is relayed
 // unchanged between bridged legs; see Options.NoRTCP.
@@ -40,28 +35,6 @@ func (l *Leg) RTCPRemote() netip.AddrPort {
 		return *t
 	}
 	return netip.AddrPort{}
-}
-
-// rtcpLoop is the RTCP socket's only reader.
-func (l *Leg) rtcpLoop() {
-	defer close(l.rtcpDone)
-	buf := make([]byte, maxPacket)
-	errs := 0
-	for {
-		n, src, err := l.rtcp.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
-				return
-			}
-			errs++
-			if errs > 10 {
-				time.Sleep(10 * time.Millisecond)
-			}
-			continue
-		}
-		errs = 0
-		l.handleRTCP(buf[:n], src)
-	}
 }
 
 // validRTCP checks the first header of a compound RTCP packet: version 2
@@ -112,7 +85,7 @@ func (l *Leg) handleRTCP(pkt []byte, src netip.AddrPort) {
 	if pt == nil {
 		return
 	}
-	if _, err := peer.rtcp.WriteToUDPAddrPort(pkt, *pt); err == nil {
+	if err := peer.rtcp.sendTo(pkt, *pt); err == nil {
 		peer.rtcpOut.Add(1)
 	}
 }

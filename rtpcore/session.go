@@ -3,7 +3,6 @@ package rtpcore
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,30 +74,22 @@ func (s *Session) NewLeg(name string) (*Leg, error) {
 		return nil, ErrClosed
 	}
 	s.mu.Unlock()
-	var conn, rtcp *net.UDPConn
-	var err error
-	if s.e.rtcp {
-		conn, rtcp, err = s.e.pool.AllocatePair()
-	} else {
-		conn, err = s.e.pool.Allocate()
-	}
+	conn, rtcp, err := s.e.openSocks()
 	if err != nil {
 		return nil, fmt.Errorf("leg %s: %w", name, err)
 	}
 	l := newLeg(s, name, conn, rtcp)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
-		s.e.pool.Release(rtcp)
-		s.e.pool.Release(conn)
+		s.e.closeSocks(conn, rtcp)
 		return nil, ErrClosed
 	}
-	s.legs = append(s.legs, l)
-	s.mu.Unlock()
-	go l.readLoop()
-	if rtcp != nil {
-		go l.rtcpLoop()
+	if err := l.startIO(); err != nil {
+		s.e.closeSocks(conn, rtcp)
+		return nil, fmt.Errorf("leg %s: %w", name, err)
 	}
+	s.legs = append(s.legs, l)
 	return l, nil
 }
 

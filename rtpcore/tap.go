@@ -42,10 +42,11 @@ func (p *Packet) Payload() []byte { return p.Header.Payload(p.Raw) }
 
 // Tap observes the packets of a leg: every packet received from the far
 // end (In, whether bridged or not) and every packet sent to it (Out). It
-// is called synchronously on the relay goroutine, so it must return
-// quickly, must not block and must not keep p or p.Raw after returning.
-// It must not close the leg or its session (Close waits for the relay
-// goroutine). A Tap that needs to do I/O should use NewQueueTap.
+// is called synchronously on the relay goroutine, which may serve many
+// legs, so it must return quickly, must not block and must not keep p or
+// p.Raw after returning. It must not close the leg, its session or the
+// engine (Close waits for the packet being relayed). A Tap that needs to
+// do I/O should use NewQueueTap.
 type Tap interface {
 	TapRTP(p *Packet)
 }

@@ -1,0 +1,332 @@
+package rtpcore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// On Linux the relay is a few workers, each with its own epoll set
+// holding the sockets of the legs given to it. A worker parks in the Go
+// runtime's poller on its epoll descriptor alone; once woken it reads
+// every ready socket, one datagram each, relays it, and asks the set again
+// until nothing is ready. Thousands of sockets thus cost a few goroutines
+// and one wake-up per batch rather than one per packet, and the worker
+// gives its P back while it waits, as any goroutine does.
+
+// engineIO is the engine's relay workers, started with the first leg and
+// stopped by Engine.Close.
+type engineIO struct {
+	mu      sync.Mutex
+	workers []*worker
+	next    int
+	stopped bool
+}
+
+// worker reads the sockets registered in its epoll set.
+type worker struct {
+	log  *slog.Logger
+	ep   *os.File // the epoll set, non-blocking, in the runtime's poller
+	epfd int
+	wake int // eventfd in the set, written to stop the worker
+	stop atomic.Bool
+	done chan struct{}
+
+	mu      sync.Mutex
+	socks   []*sock // by slot, the epoll event's data; nil when free
+	free    []int32
+	stopped bool
+
+	// Used by the worker's goroutine only.
+	events []unix.EpollEvent
+	buf    []byte
+	from   unix.RawSockaddrAny
+}
+
+// maxEvents bounds the ready sockets taken from one epoll_wait.
+const maxEvents = 256
+
+// wakeSlot is the epoll data of a worker's eventfd.
+const wakeSlot = -1
+
+// workersFor is how many workers an engine runs: one for every two Ps.
+// One worker relays a few hundred thousand packets a second; fewer, busier
+// workers drain bigger batches per wake-up and leave Ps to the rest of the
+// process.
+func workersFor(procs int) int { return max(1, procs/2) }
+
+func newWorker(log *slog.Logger) (*worker, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeSlot}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wake, &ev); err != nil {
+		unix.Close(wake)
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll add: %w", err)
+	}
+	return &worker{
+		log:    log,
+		ep:     os.NewFile(uintptr(epfd), "epoll"),
+		epfd:   epfd,
+		wake:   wake,
+		done:   make(chan struct{}),
+		events: make([]unix.EpollEvent, maxEvents),
+		buf:    make([]byte, maxPacket),
+	}, nil
+}
+
+// close releases the worker's descriptors once it has stopped.
+func (w *worker) close() {
+	unix.Close(w.wake)
+	w.ep.Close()
+}
+
+// run serves the epoll set until the worker is stopped. It waits in the
+// runtime's poller for the set to become readable, then takes ready
+// sockets without blocking until there are none. Sockets are
+// level-triggered: one with more datagrams queued is reported again by the
+// next round, so a busy socket cannot starve the others.
+func (w *worker) run() {
+	defer close(w.done)
+	rc, err := w.ep.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, err := unix.EpollWait(int(fd), w.events, 0)
+				switch {
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					w.log.Error("rtp relay stopped", "err", err)
+					return true
+				case n == 0:
+					return false // park until the set is readable
+				}
+				if w.serve(w.events[:n]) {
+					return true
+				}
+			}
+		})
+	}
+	if err != nil && !w.stop.Load() {
+		w.log.Error("rtp relay stopped", "err", err)
+	}
+}
+
+// serve reads one datagram from each ready socket and relays it. It
+// reports whether the worker is to stop.
+func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
+	for i := range events {
+		slot := events[i].Fd
+		if slot == wakeSlot {
+			if w.stop.Load() {
+				return true
+			}
+			continue
+		}
+		s := w.sock(slot)
+		if s == nil || !s.acquire() {
+			continue
+		}
+		// A stale event for a slot reused since finds nothing to read.
+		n, src, e := s.recvFrom(w.buf, &w.from)
+		if e == 0 {
+			if s.rtcp {
+				s.leg.handleRTCP(w.buf[:n], src)
+			} else {
+				s.leg.handle(w.buf[:n], src, time.Now())
+			}
+		}
+		s.release()
+	}
+	return false
+}
+
+func (w *worker) sock(slot int32) *sock {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if slot < 0 || int(slot) >= len(w.socks) {
+		return nil
+	}
+	return w.socks[slot]
+}
+
+// add registers s with the worker's epoll set.
+func (w *worker) add(s *sock) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return ErrClosed
+	}
+	var slot int32
+	if n := len(w.free); n > 0 {
+		slot = w.free[n-1]
+		w.free = w.free[:n-1]
+	} else {
+		slot = int32(len(w.socks))
+		w.socks = append(w.socks, nil)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: slot}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+		w.free = append(w.free, slot)
+		return fmt.Errorf("epoll add: %w", err)
+	}
+	w.socks[slot] = s
+	s.slot = slot
+	s.reg = true
+	return nil
+}
+
+// remove takes s out of the worker's epoll set; the worker may still be
+// handling a packet of it (see sock.close).
+func (w *worker) remove(s *sock) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !s.reg {
+		return
+	}
+	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, s.fd, nil)
+	w.socks[s.slot] = nil
+	w.free = append(w.free, s.slot)
+	s.reg = false
+}
+
+// halt stops the worker, waits for it and closes its descriptors.
+func (w *worker) halt() {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.stop.Store(true)
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	_, _ = unix.Write(w.wake, one[:])
+	<-w.done
+	w.close()
+}
+
+// worker returns the worker for a new leg, starting the workers first.
+func (e *Engine) worker() (*worker, error) {
+	e.io.mu.Lock()
+	defer e.io.mu.Unlock()
+	if e.io.stopped {
+		return nil, ErrClosed
+	}
+	if e.io.workers == nil {
+		n := workersFor(runtime.GOMAXPROCS(0))
+		ws := make([]*worker, 0, n)
+		for range n {
+			w, err := newWorker(e.log)
+			if err != nil {
+				for _, w := range ws {
+					w.close()
+				}
+				return nil, fmt.Errorf("rtp relay: %w", err)
+			}
+			ws = append(ws, w)
+		}
+		for _, w := range ws {
+			go w.run()
+		}
+		e.io.workers = ws
+	}
+	w := e.io.workers[e.io.next%len(e.io.workers)]
+	e.io.next++
+	return w, nil
+}
+
+// stopIO stops the workers; the legs are closed by then.
+func (e *Engine) stopIO() {
+	e.io.mu.Lock()
+	ws := e.io.workers
+	e.io.workers = nil
+	e.io.stopped = true
+	e.io.mu.Unlock()
+	for _, w := range ws {
+		w.halt()
+	}
+}
+
+// openSocks binds a leg's RTP socket and, when the engine relays RTCP,
+// the RTCP socket on the port above, both for one worker.
+func (e *Engine) openSocks() (rtp, rtcp *sock, err error) {
+	w, err := e.worker()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, err = e.pool.take(func(port int) error {
+		s, err := listenUDP(e.pool.bindIP, port)
+		if err != nil {
+			return err
+		}
+		if e.rtcp {
+			r, err := listenUDP(e.pool.bindIP, port+1)
+			if err != nil {
+				s.close()
+				return err
+			}
+			r.rtcp, r.w = true, w
+			rtcp = r
+		}
+		s.w = w
+		rtp = s
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rtp, rtcp, nil
+}
+
+// closeSocks closes sockets that were never started and releases the
+// port.
+func (e *Engine) closeSocks(rtp, rtcp *sock) {
+	if rtcp != nil {
+		rtcp.close()
+	}
+	rtp.close()
+	e.pool.release(int(rtp.local.Port()))
+}
+
+// startIO hands the leg's sockets to their worker.
+func (l *Leg) startIO() error {
+	l.conn.leg = l
+	if err := l.conn.w.add(l.conn); err != nil {
+		return err
+	}
+	if l.rtcp != nil {
+		l.rtcp.leg = l
+		if err := l.rtcp.w.add(l.rtcp); err != nil {
+			l.conn.w.remove(l.conn)
+			return err
+		}
+	}
+	return nil
+}
+
+// stopIO takes the leg's sockets from their worker, waits for a packet
+// being handled, closes them and releases the port into quarantine.
+func (l *Leg) stopIO() {
+	if l.rtcp != nil {
+		l.rtcp.close()
+	}
+	l.conn.close()
+	l.sess.e.pool.release(int(l.local.Port()))
+}

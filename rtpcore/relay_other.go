@@ -1,0 +1,127 @@
+//go:build !linux
+
+package rtpcore
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Outside Linux the relay is one goroutine per socket blocking in
+// ReadFromUDP, woken by the Go runtime's poller.
+
+// engineIO holds no state on this platform.
+type engineIO struct{}
+
+// sock is one of a leg's UDP sockets.
+type sock struct {
+	c     *net.UDPConn
+	local netip.AddrPort
+	done  chan struct{} // closed when the reader returns
+}
+
+func newSock(c *net.UDPConn) *sock {
+	return &sock{c: c, local: c.LocalAddr().(*net.UDPAddr).AddrPort(), done: make(chan struct{})}
+}
+
+// openSocks binds a leg's RTP socket and, when the engine relays RTCP,
+// the RTCP socket on the port above.
+func (e *Engine) openSocks() (rtp, rtcp *sock, err error) {
+	if !e.rtcp {
+		c, err := e.pool.Allocate()
+		if err != nil {
+			return nil, nil, err
+		}
+		return newSock(c), nil, nil
+	}
+	c, r, err := e.pool.AllocatePair()
+	if err != nil {
+		return nil, nil, err
+	}
+	return newSock(c), newSock(r), nil
+}
+
+// closeSocks releases sockets that were never started.
+func (e *Engine) closeSocks(rtp, rtcp *sock) {
+	if rtcp != nil {
+		e.pool.Release(rtcp.c)
+	}
+	e.pool.Release(rtp.c)
+}
+
+// stopIO has nothing to stop: readers end with their legs.
+func (e *Engine) stopIO() {}
+
+// startIO starts the leg's readers.
+func (l *Leg) startIO() error {
+	go l.readLoop()
+	if l.rtcp != nil {
+		go l.rtcpLoop()
+	}
+	return nil
+}
+
+// stopIO closes the leg's sockets, waits for its readers and releases its
+// port into quarantine.
+func (l *Leg) stopIO() {
+	if l.rtcp != nil {
+		l.sess.e.pool.Release(l.rtcp.c)
+		<-l.rtcp.done
+	}
+	l.sess.e.pool.Release(l.conn.c)
+	<-l.conn.done
+}
+
+// sendTo writes one datagram to addr.
+func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
+	_, err := s.c.WriteToUDPAddrPort(b, addr)
+	return err
+}
+
+// readLoop is the RTP socket's only reader; buf is reused for every packet.
+func (l *Leg) readLoop() {
+	defer close(l.conn.done)
+	buf := make([]byte, maxPacket)
+	errs := 0
+	for {
+		n, src, err := l.conn.c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
+				return
+			}
+			// Transient errors (an ICMP error reported on read) must not
+			// end the leg, nor spin if they repeat.
+			errs++
+			if errs > 10 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		errs = 0
+		l.handle(buf[:n], src, time.Now())
+	}
+}
+
+// rtcpLoop is the RTCP socket's only reader.
+func (l *Leg) rtcpLoop() {
+	defer close(l.rtcp.done)
+	buf := make([]byte, maxPacket)
+	errs := 0
+	for {
+		n, src, err := l.rtcp.c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
+				return
+			}
+			errs++
+			if errs > 10 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			continue
+		}
+		errs = 0
+		l.handleRTCP(buf[:n], src)
+	}
+}
