@@ -80,13 +80,22 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	return err
 }
 
-// readLoop is the RTP socket's only reader; buf is reused for every packet.
+// readLoop is the RTP socket's only reader.
 func (l *Leg) readLoop() {
-	defer close(l.conn.done)
+	l.readSock(l.conn, func(b []byte, src netip.AddrPort) { l.handle(b, src, time.Now()) })
+}
+
+// rtcpLoop is the RTCP socket's only reader.
+func (l *Leg) rtcpLoop() { l.readSock(l.rtcp, l.handleRTCP) }
+
+// readSock reads s until it is closed, handing each datagram to handle; the
+// buffer is reused for every packet.
+func (l *Leg) readSock(s *sock, handle func(b []byte, src netip.AddrPort)) {
+	defer close(s.done)
 	buf := make([]byte, maxPacket)
 	errs := 0
 	for {
-		n, src, err := l.conn.c.ReadFromUDPAddrPort(buf)
+		n, src, err := s.c.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
 				return
@@ -100,28 +109,6 @@ func (l *Leg) readLoop() {
 			continue
 		}
 		errs = 0
-		l.handle(buf[:n], src, time.Now())
-	}
-}
-
-// rtcpLoop is the RTCP socket's only reader.
-func (l *Leg) rtcpLoop() {
-	defer close(l.rtcp.done)
-	buf := make([]byte, maxPacket)
-	errs := 0
-	for {
-		n, src, err := l.rtcp.c.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) || l.closing.Load() {
-				return
-			}
-			errs++
-			if errs > 10 {
-				time.Sleep(10 * time.Millisecond)
-			}
-			continue
-		}
-		errs = 0
-		l.handleRTCP(buf[:n], src)
+		handle(buf[:n], src)
 	}
 }
