@@ -4,12 +4,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/mail"
 	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"text/template"
@@ -172,32 +174,9 @@ func suggestFrom(name string, names []string, what string) string {
 	return suggest(name, names)
 }
 
-func (v *validator) tenantNames() []string {
-	names := make([]string, 0, len(v.tenants))
-	for n := range v.tenants {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-func (v *validator) listenerIDs() []string {
-	ids := make([]string, 0, len(v.listeners))
-	for id := range v.listeners {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
-}
-
-func (v *validator) trunkNames() []string {
-	names := make([]string, 0, len(v.trunks))
-	for n := range v.trunks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func (v *validator) tenantNames() []string { return slices.Sorted(maps.Keys(v.tenants)) }
+func (v *validator) listenerIDs() []string { return slices.Sorted(maps.Keys(v.listeners)) }
+func (v *validator) trunkNames() []string  { return slices.Sorted(maps.Keys(v.trunks)) }
 
 func (v *validator) port(m *Meta, path, rule string, p int, zeroOK bool) {
 	if p == 0 && zeroOK {
