@@ -375,7 +375,6 @@ func safeName(s string) bool {
 
 // newDocument allocates the typed document for meta.Kind, with defaults, and files it.
 func (l *loader) newDocument(meta *Meta) reflect.Value {
-	var v any
 	switch meta.Kind {
 	case KindSystem:
 		if l.system != nil {
@@ -390,39 +389,31 @@ func (l *loader) newDocument(meta *Meta) reflect.Value {
 		// The decoder records lines into meta.lines, shared with the System's Meta.
 		return reflect.ValueOf(&l.cfg.System)
 	case KindTrunk:
-		t := &Trunk{Meta: *meta}
-		t.setDefaults()
-		l.cfg.Trunks = append(l.cfg.Trunks, t)
-		v = t
+		return file(&l.cfg.Trunks, &Trunk{Meta: *meta})
 	case KindInboundOverride:
-		t := &InboundOverride{Meta: *meta}
-		l.cfg.InboundOverrides = append(l.cfg.InboundOverrides, t)
-		v = t
+		return file(&l.cfg.InboundOverrides, &InboundOverride{Meta: *meta})
 	case KindOutboundRoute:
-		t := &OutboundRoute{Meta: *meta}
-		l.cfg.OutboundRoutes = append(l.cfg.OutboundRoutes, t)
-		v = t
+		return file(&l.cfg.OutboundRoutes, &OutboundRoute{Meta: *meta})
 	case KindTenant:
-		t := &Tenant{Meta: *meta}
-		l.cfg.Tenants = append(l.cfg.Tenants, t)
-		v = t
+		return file(&l.cfg.Tenants, &Tenant{Meta: *meta})
 	case KindAccount:
-		t := &Account{Meta: *meta}
-		t.setDefaults()
-		l.cfg.Accounts = append(l.cfg.Accounts, t)
-		v = t
+		return file(&l.cfg.Accounts, &Account{Meta: *meta})
 	case KindInboundRoute:
-		t := &InboundRoute{Meta: *meta}
-		l.cfg.InboundRoutes = append(l.cfg.InboundRoutes, t)
-		v = t
+		return file(&l.cfg.InboundRoutes, &InboundRoute{Meta: *meta})
 	case KindWebhook:
-		t := &Webhook{Meta: *meta}
-		l.cfg.Webhooks = append(l.cfg.Webhooks, t)
-		v = t
-	default:
-		return reflect.Value{}
+		return file(&l.cfg.Webhooks, &Webhook{Meta: *meta})
 	}
-	return reflect.ValueOf(v)
+	return reflect.Value{}
+}
+
+// file fills a document's defaults (its setDefaults keeps Meta), appends it to
+// its kind's list and returns it for decoding.
+func file[T any](list *[]*T, doc *T) reflect.Value {
+	if d, ok := any(doc).(defaulter); ok {
+		d.setDefaults()
+	}
+	*list = append(*list, doc)
+	return reflect.ValueOf(doc)
 }
 
 func (l *loader) finish() (*Config, *Report, error) {
