@@ -200,12 +200,7 @@ func TestHoldResume(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("udp", "bob", "bob-pw")
-	call := alice.Dial(ctxT(t), "102")
-	in := bob.WaitIncoming(wait)
-	if s := final(t, call); s != 200 {
-		t.Fatalf("final %d", s)
-	}
-	waitCh(t, in.Answered(), "answered")
+	call, in := answered(t, alice, bob, "102")
 	for _, step := range []struct{ dir, want, answer string }{
 		{"sendonly", "sendonly", "recvonly"},
 		{"sendrecv", "sendrecv", "sendrecv"},
@@ -446,12 +441,7 @@ func TestInfoRelayedBothWays(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("tcp", "bob", "bob-pw")
-	call := alice.Dial(ctxT(t), "102")
-	in := bob.WaitIncoming(wait)
-	if s := final(t, call); s != 200 {
-		t.Fatalf("final %d", s)
-	}
-	waitCh(t, in.Answered(), "answered")
+	call, in := answered(t, alice, bob, "102")
 	for _, c := range []struct {
 		from, to *siptest.Call
 		body     string

@@ -17,12 +17,7 @@ func TestDTMFPayloadTypeTranslated(t *testing.T) {
 	bob := e.phone("udp", "bob", "bob-pw")
 	alice.SetTelephoneEvent(96)
 	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, Delay: 200 * time.Millisecond})
-	call := alice.Dial(ctxT(t), "102")
-	in := bob.WaitIncoming(wait)
-	if s := final(t, call); s != 200 {
-		t.Fatalf("call final %d", s)
-	}
-	waitCh(t, in.Answered(), "bob answered")
+	call, in := answered(t, alice, bob, "102")
 	am, bm := call.Media(), in.Media()
 
 	digit5 := []byte{5, 0x80 | 10, 0x01, 0x40} // event 5, end, volume 10, duration 320

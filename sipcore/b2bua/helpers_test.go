@@ -202,6 +202,19 @@ func waitCh(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// answered dials target from caller, waits for callee's incoming call and for
+// the call to be answered (200 to the caller, ACKed at the callee).
+func answered(t *testing.T, caller, callee *siptest.Phone, target string) (call, in *siptest.Call) {
+	t.Helper()
+	call = caller.Dial(ctxT(t), target)
+	in = callee.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d, want 200", s)
+	}
+	waitCh(t, in.Answered(), "callee answered")
+	return call, in
+}
+
 func final(t *testing.T, c *siptest.Call) int {
 	t.Helper()
 	waitCh(t, c.Done(), "final response")
