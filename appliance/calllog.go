@@ -111,13 +111,11 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	return rec
 }
 
+// causeOf maps a call or leg cause to the record's; anything else (none given)
+// is an error.
 func causeOf(s string) cdr.Cause {
-	c := cdr.Cause(s)
-	if c.Valid() {
+	if c := cdr.Cause(s); c.Valid() {
 		return c
-	}
-	if s == "" {
-		return cdr.Cause(b2bua.CauseError)
 	}
 	return cdr.Cause(b2bua.CauseError)
 }
