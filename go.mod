@@ -3,24 +3,25 @@ module pbx
 go 1.26
 
 require (
-	github.com/emiago/sipgo v1.7.2 // indirect
-	github.com/go-chi/chi/v5 v5.5.0 // indirect
+	github.com/emiago/sipgo v1.7.2
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/icholy/digest v1.2.0
+	github.com/miekg/dns v1.1.73
+	github.com/pion/rtp v1.10.6
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.10
+	go.etcd.io/bbolt v1.5.0
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/sync v0.22.0
+	golang.org/x/sys v0.47.0
+)
+
+require (
 	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/gobwas/pool v0.2.1 // indirect
 	github.com/gobwas/ws v1.3.2 // indirect
-	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/icholy/digest v1.2.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/miekg/dns v1.1.73 // indirect
 	github.com/pion/randutil v0.1.0 // indirect
-	github.com/pion/rtp v1.10.6 // indirect
-	github.com/pion/sdp/v3 v3.0.20 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
-	go.etcd.io/bbolt v1.5.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/net v0.57.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 )

@@ -1161,7 +1161,6 @@ func (v *validator) crossDocument() {
 		}
 		domains[key] = t
 	}
-	type didKey struct{ did string }
 	owners := map[string]*InboundRoute{}
 	prio := map[string]*InboundRoute{}
 	for _, r := range v.cfg.InboundRoutes {
