@@ -324,7 +324,7 @@ func trunkSpecs(trunks []*config.Trunk) []trunk.Trunk {
 	out := make([]trunk.Trunk, 0, len(trunks))
 	for _, t := range trunks {
 		spec := trunk.Trunk{
-			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, Transport: t.Transport, ListenerID: t.TransportID,
+			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, SRV: !t.Meta.Has("port"), Transport: t.Transport, ListenerID: t.TransportID,
 			Username: t.Auth.Username, Password: t.Auth.Password.Reveal(),
 			Register: t.Registration.Enabled, Expiry: t.Registration.Expiry.D(), ContactUser: t.Registration.ContactUser,
 			AutoIPs: t.Inbound.AutoIPs,
