@@ -134,7 +134,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure}
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, SIP: a.sip}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}

@@ -130,6 +130,9 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 
 	for _, b := range s.listeners {
 		copts := []sipgo.ClientOption{
+			// rport in every Via the PBX writes (RFC 3581): a peer answers
+			// to the port the request came from, through any NAT.
+			sipgo.WithClientNAT(),
 			sipgo.WithClientLogger(sipLog),
 			sipgo.WithClientHostname(b.advertised),
 			sipgo.WithClientPort(int(b.addr.Port())),

@@ -31,6 +31,13 @@
 // and over TCP through the registering connection while it is open (see
 // Binding.Target).
 //
+// NAT: a binding whose Contact is a host name or names another address than
+// the REGISTER's source is behind NAT (Binding.BehindNAT). Over UDP it is
+// granted at most NATExpires, and while registered it gets an OPTIONS
+// keepalive through its mapping every KeepaliveInterval (any answer proves
+// the mapping open); over TCP its connection gets a CRLF ping (RFC 5626
+// section 3.5.1). Keepalives need Options.SIP.
+//
 // Persistence: a Store (implemented by package db) receives changed and
 // removed bindings in batches from a write-behind loop (Run), never on the
 // REGISTER path, and restores them at New (expired ones dropped). Close

@@ -53,7 +53,7 @@ func newEnv(t testing.TB, mod func(*registrar.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := registrar.Options{Auth: auth}
+	opts := registrar.Options{Auth: auth, SIP: srv}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -518,5 +518,74 @@ func TestConcurrentRegistrations(t *testing.T) {
 	}
 	if n := e.reg.Count(); n != phones {
 		t.Fatalf("%d bindings, want %d (one per phone, refreshed)", n, phones)
+	}
+}
+
+// TestNATKeepalive: a phone whose Contact names another address than the
+// REGISTER came from is behind NAT: over UDP it is granted at most the NAT
+// expiry and pinged with OPTIONS through its mapping; over TCP its
+// connection gets CRLF pings. A phone on its own address gets neither.
+func TestNATKeepalive(t *testing.T) {
+	e := newEnv(t, func(o *registrar.Options) {
+		o.KeepaliveInterval = 100 * time.Millisecond
+		o.NATExpires = 90 * time.Second
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	natted := e.phone(t, "udp", "alice", "alice-secret")
+	req := natted.RegisterRequest(3600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "alice", Host: "192.168.77.9", Port: 5060}})
+	res, err := natted.SendAuth(ctxT(t), req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("register: %v %v", res, err)
+	}
+	exp, _ := res.Contact().Params.Get("expires")
+	if exp != "90" {
+		t.Errorf("expiry granted behind NAT over UDP: %s, want the 90 s cap", exp)
+	}
+	direct := e.phone(t, "udp", "bob", "bob-secret")
+	if res := direct.MustRegister(ctxT(t), 3600); res.Contact() == nil {
+		t.Fatal("no contact in the answer")
+	} else if exp, _ := res.Contact().Params.Get("expires"); exp != "3600" {
+		t.Errorf("expiry granted to a phone on its own address: %s", exp)
+	}
+
+	deadline := time.Now().Add(5 * time.Second)
+	for natted.OptionsReceived() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keepalive OPTIONS reached the phone behind NAT in 5 s; stats %+v", natted.OptionsReceived(), e.reg.KeepaliveStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := direct.OptionsReceived(); n != 0 {
+		t.Errorf("%d keepalives sent to a phone not behind NAT", n)
+	}
+
+	tcp := e.phone(t, "tcp", "bob", "bob-secret")
+	treq := tcp.RegisterRequest(3600)
+	treq.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "bob", Host: "192.168.77.10", Port: 5060,
+		UriParams: sip.HeaderParams{{K: "transport", V: "tcp"}}}})
+	if res, err := tcp.SendAuth(ctxT(t), treq); err != nil || res.StatusCode != 200 {
+		t.Fatalf("tcp register: %v %v", res, err)
+	} else if exp, _ := res.Contact().Params.Get("expires"); exp != "3600" {
+		t.Errorf("expiry over TCP shortened to %s: only UDP mappings need it", exp)
+	}
+	before := e.reg.KeepaliveStats()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		st := e.reg.KeepaliveStats()
+		if st.Sent-st.Answered >= before.Sent-before.Answered+2 {
+			if st.Failed != before.Failed {
+				t.Fatalf("pings failed: %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CRLF pings on the TCP connection: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,6 +67,8 @@ type Phone struct {
 	client *sipgo.Client
 	addr   netip.AddrPort
 	served chan struct{}
+
+	options atomic.Int64 // OPTIONS received
 
 	contact sip.ContactHeader
 
@@ -143,6 +146,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnBye(p.onBye)
 	p.srv.OnInfo(p.onInfo)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
+		p.options.Add(1)
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 	})
 	go func() {
@@ -207,6 +211,9 @@ func (p *Phone) te() uint8 {
 	}
 	return p.opts.TelephoneEvent
 }
+
+// OptionsReceived is how many OPTIONS requests the phone has answered.
+func (p *Phone) OptionsReceived() int64 { return p.options.Load() }
 
 // Addr is the phone's listening address.
 func (p *Phone) Addr() netip.AddrPort { return p.addr }
