@@ -53,6 +53,7 @@ func routeTable(e *env) []routeRow {
 			other: "/v1/calls?tenant=globex", otherStatus: 403},
 		{method: "POST", pattern: "/v1/calls/{id}/hangup", scope: "operate", own: "/v1/calls/call-acme/hangup", ok: 202, restricted: 202,
 			other: "/v1/calls/call-globex/hangup", otherStatus: 404, missing: "/v1/calls/nope/hangup"},
+		{method: "GET", pattern: "/v1/events", scope: "status:read", own: "/v1/events", ok: 404, okCode: "not_found", restricted: 404},
 		{method: "GET", pattern: "/v1/cdr", scope: "cdr:read", own: "/v1/cdr?tenant=acme", ok: 200, restricted: 200,
 			other: "/v1/cdr?tenant=globex", otherStatus: 403},
 		{method: "GET", pattern: "/v1/cdr/{tenant}/{id}", scope: "cdr:read", own: acmeCDR, ok: 200, restricted: 200,

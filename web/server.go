@@ -40,6 +40,8 @@ type Options struct {
 	DeviceAPI http.Handler
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Heartbeat is the event stream's heartbeat period; 0: the default.
+	Heartbeat time.Duration
 }
 
 // Server is the management API server.
@@ -61,6 +63,11 @@ type Server struct {
 	mu  sync.Mutex
 	ln  net.Listener
 	srv *http.Server
+
+	// closing ends the event streams when shutdown starts: they never end
+	// by themselves, and Shutdown waits for every request.
+	closing     chan struct{}
+	closingOnce sync.Once
 }
 
 // New builds the server from opts. It checks the credentials and loads the
@@ -70,7 +77,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: log, now: opts.Now, origins: opts.API.CORS.AllowedOrigins}
+	s := &Server{opts: opts, log: log, now: opts.Now, origins: opts.API.CORS.AllowedOrigins, closing: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -101,10 +108,12 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		s.certs = m
 	}
 	s.mux = s.routes(api.New(api.Options{
-		Backends: opts.Backends,
-		Presign:  opts.API.Recordings.Presign,
-		Now:      s.now,
-		Log:      log,
+		Backends:  opts.Backends,
+		Presign:   opts.API.Recordings.Presign,
+		Now:       s.now,
+		Log:       log,
+		Closing:   s.closing,
+		Heartbeat: opts.Heartbeat,
 	}))
 	s.handler = s.mux
 	return s, nil
@@ -196,6 +205,7 @@ func (s *Server) Listen() error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.srv.RegisterOnShutdown(func() { s.closingOnce.Do(func() { close(s.closing) }) })
 	s.log.Info("api listening", "addr", ln.Addr().String(), "tls", s.certs != nil)
 	return nil
 }

@@ -71,4 +71,5 @@ type Backends struct {
 	Calls         CallSource
 	Guard         Guard
 	CallLog       CallLog
+	Events        EventSource
 }
