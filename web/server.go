@@ -17,6 +17,7 @@ import (
 
 	"pbx/appliance/config"
 	"pbx/web/api"
+	"pbx/web/dashboard"
 )
 
 // Server timeouts.
@@ -148,8 +149,34 @@ func (s *Server) routes(h *api.Handler) *chi.Mux {
 				}
 			})
 		}
+		r.Route("/dashboard", func(r chi.Router) {
+			if m, ok := r.(*chi.Mux); ok {
+				s.subs["/v1/dashboard"] = m
+			}
+			r.Get("/", s.dashboard)
+			r.Head("/", s.dashboard)
+			r.Get("/{asset}", s.dashboard)
+			r.Head("/{asset}", s.dashboard)
+		})
 	})
 	return r
+}
+
+// dashboard serves the embedded page and its assets: public static files,
+// whose data all comes from authenticated routes.
+func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
+	body, ct, ok := dashboard.Asset(chi.URLParam(r, "asset"))
+	if !ok {
+		s.notFound(w, r)
+		return
+	}
+	dashboard.Headers(w.Header())
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
 }
 
 // Enabled reports whether api.enabled is set.

@@ -58,11 +58,19 @@ func (s *streams) acquire(name string) (release func(), ok bool) {
 // snapshot is the data of a "snapshot" event: the state an event stream
 // starts from, as the caller may see it.
 type snapshot struct {
+	// Token describes the caller, so a page knows which actions to offer.
+	Token         tokenInfo      `json:"token"`
 	Calls         []Call         `json:"calls"`
 	Registrations []Registration `json:"registrations"`
 	Trunks        []Trunk        `json:"trunks"`
 	// Bans is absent for a caller that may not read the guard.
 	Bans []Ban `json:"bans,omitempty"`
+}
+
+type tokenInfo struct {
+	Name    string   `json:"name"`
+	Scopes  []string `json:"scopes"`
+	Tenants []string `json:"tenants"`
 }
 
 // visibleEvent reports whether p may see e: guard events only with
@@ -82,7 +90,7 @@ func visibleEvent(p *Principal, e events.Event) bool {
 }
 
 func (h *Handler) snapshot(r *http.Request, p *Principal) (snapshot, error) {
-	var snap snapshot
+	snap := snapshot{Token: tokenInfo{Name: p.Name, Scopes: nonNil(p.Scopes), Tenants: nonNil(p.Tenants)}}
 	var err error
 	if h.b.Calls != nil {
 		if snap.Calls, err = h.visibleCalls(r); err != nil {
