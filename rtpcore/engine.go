@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,10 @@ type Engine struct {
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
 	closed   bool
+
+	totalsMu    sync.Mutex // held across Totals, and to retire a leg
+	retired     Totals     // counters of the legs that closed
+	legsCreated atomic.Uint64
 }
 
 // New builds an Engine. It binds nothing until legs are created.
