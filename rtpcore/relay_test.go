@@ -938,6 +938,14 @@ func TestTotalsOutliveLegs(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := e.Totals()
+	var observed uint64
+	for _, n := range closed.JitterCounts {
+		observed += n
+	}
+	if observed != 1 || closed.JitterSum <= 0 {
+		t.Errorf("jitter buckets %v sum %v: want the one leg that received audio", closed.JitterCounts, closed.JitterSum)
+	}
+	closed.JitterCounts, closed.JitterSum = open.JitterCounts, open.JitterSum
 	if closed != open {
 		t.Fatalf("totals changed when the legs closed: %+v, were %+v", closed, open)
 	}

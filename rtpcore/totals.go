@@ -1,5 +1,7 @@
 package rtpcore
 
+import "time"
+
 // Totals are the engine's relay counters since it started: the legs that
 // closed plus the legs open now, so that each only ever grows (what a
 // monitoring system's counters expect).
@@ -13,6 +15,27 @@ type Totals struct {
 	Malformed   uint64 // datagrams that were not RTP
 	Strays      uint64 // packets from other sources than the latched one
 	SendErrors  uint64
+
+	// Jitter of each closed leg that received audio, by bucket: the count of
+	// legs whose interarrival jitter was at most JitterBounds[i] (the last
+	// bucket has no bound), and their sum.
+	JitterCounts [len(JitterBounds) + 1]uint64
+	JitterSum    time.Duration
+}
+
+// JitterBounds are the upper bounds of the jitter buckets of Totals.
+var JitterBounds = [...]time.Duration{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond,
+}
+
+func (t *Totals) observeJitter(j time.Duration) {
+	i := 0
+	for i < len(JitterBounds) && j > JitterBounds[i] {
+		i++
+	}
+	t.JitterCounts[i]++
+	t.JitterSum += j
 }
 
 func (t *Totals) add(st LegStats) {
@@ -32,7 +55,11 @@ func (t *Totals) add(st LegStats) {
 func (e *Engine) retire(l *Leg) {
 	e.totalsMu.Lock()
 	defer e.totalsMu.Unlock()
-	e.retired.add(l.Stats())
+	st := l.Stats()
+	e.retired.add(st)
+	if st.PacketsIn > 1 {
+		e.retired.observeJitter(st.Jitter)
+	}
 	l.sess.dropLeg(l)
 }
 
