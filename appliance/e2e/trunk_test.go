@@ -27,6 +27,10 @@ import (
 type trunkPBX struct {
 	carrierPort, intlPort, localPort, fallbackPort int
 	registrarPort                                  int
+	// acmeLimits are more keys of acme's limits ("      key: value\n").
+	acmeLimits string
+	// beforeStart runs on the data directory before the PBX first starts.
+	beforeStart func(dataDir string)
 }
 
 // Tokens of the management API restricted to one tenant of trunkPBX.
@@ -89,7 +93,7 @@ spec:
   callerId: {number: "+15550100", name: Acme}
   limits:
     blockedPrefixes: ["1900"]
-`)
+` + c.acmeLimits)
 	doc(`kind: Tenant
 metadata: {name: closed}
 spec:
@@ -144,6 +148,9 @@ func startTrunkPBX(t *testing.T, c trunkPBX) (*pbxProc, apiClient) {
 	dataDir := filepath.Join(root, "data")
 	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml(sipPort, apiPort, rtpMin, dataDir)), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if c.beforeStart != nil {
+		c.beforeStart(dataDir)
 	}
 	p := &pbxProc{t: t, dir: root, dataDir: dataDir, sipPort: sipPort, apiPort: apiPort, log: &logBuffer{}, done: make(chan struct{})}
 	p.start()
