@@ -92,6 +92,9 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 		res = r.table.FromAccount(caller.Tenant, caller.Username, user, host)
 	}
 	dec := r.decide(in, &res)
+	if dec.Target != nil {
+		r.presented(in, dec.Target)
+	}
 	r.steps.put(in.ID, res.Steps)
 	return dec
 }
@@ -130,7 +133,6 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 		}
 	}
 	target := &b2bua.Target{Meta: meta, CallerID: r.callerID(in, res)}
-	defer r.presented(in, target)
 
 	if res.Kind == routing.KindReject {
 		return rejectWith(target, res.Status, res.Cause, errors.New(res.Reason))
