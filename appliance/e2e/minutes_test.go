@@ -14,8 +14,9 @@ import (
 // 57 s of it are spent (seeded in pbx.db before start). zed's outbound call
 // through the carrier is admitted and cut by the PBX about 3 s after the
 // answer, both sides getting its BYE, with the spent budget as the record's
-// reason. The next outbound call is refused 403, also after a restart: the
-// counters are kept in bbolt.
+// reason. The next outbound call is refused 403, also after a restart (the
+// counters are kept in bbolt), and so is a carrier's call acme forwards to
+// a carrier.
 func TestOutboundMinutesBudgetCutsCall(t *testing.T) {
 	requireSIPp(t)
 	const seeded = 57 * time.Second
@@ -84,7 +85,15 @@ func TestOutboundMinutesBudgetCutsCall(t *testing.T) {
 	p.stop()
 	p.start()
 	refused("zed-after-restart", 2)
-	if n := len(recordsOf(t, p.dataDir, "acme")); n != 3 {
-		t.Errorf("acme has %d records, want the cut call and two refusals", n)
+
+	// A carrier's call that acme forwards to a carrier is outbound too.
+	mustExit0(t, carrierCall(t, p, dir, "carrier-fwd", "127.0.0.2", "+15550006", "carrier_403.xml"), dir, "carrier forwarded")
+	rec = waitRecord(t, p.dataDir, "acme", func(r map[string]any) bool { return field(r, "did") == "+15550006" })
+	expect(t, rec, map[string]string{"direction": "inbound", "cause": "rejected", "sip_status": "403", "trunk": "carrier"})
+	if !strings.Contains(field(rec, "reason"), "outboundMinutesPerMonth") {
+		t.Errorf("forwarded call's reason %q, want the spent month budget", field(rec, "reason"))
+	}
+	if n := len(recordsOf(t, p.dataDir, "acme")); n != 4 {
+		t.Errorf("acme has %d records, want the cut call and three refusals", n)
 	}
 }

@@ -112,6 +112,7 @@ spec:
 	route("demo", "all", "+15550004", "ring_group", "all")
 	route("demo", "forward", "+15550005", "external", "0044207000")
 	route("acme", "zed", "+15550002", "extension", "200")
+	route("acme", "forward", "+15550006", "external", "9555125")
 	route("closed", "cleo", "+15550300", "extension", "300")
 	doc(`kind: InboundOverride
 metadata: {name: acme-line-to-bob}
