@@ -231,7 +231,7 @@ func TestRouteOutboundTrunkLeg(t *testing.T) {
 	}
 	want := b2bua.Meta{Tenant: "demo", Direction: "outbound", Extension: "100", DID: "+15550100", Trunk: "tcp-carrier", Domain: "demo.test"}
 	if tg.Meta.Tenant != want.Tenant || tg.Meta.Direction != want.Direction || tg.Meta.Extension != want.Extension ||
-		tg.Meta.DID != want.DID || tg.Meta.Trunk != want.Trunk {
+		tg.Meta.DID != want.DID || tg.Meta.Trunk != want.Trunk || tg.Meta.Egress != b2bua.KindTrunk {
 		t.Errorf("meta %+v, want %+v", tg.Meta, want)
 	}
 	st := r.steps.get(in.ID)
