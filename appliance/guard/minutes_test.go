@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pbx/appliance/config"
 	"pbx/db"
 	"pbx/sipcore/b2bua"
 )
@@ -196,5 +197,47 @@ func TestInterTenantClaim(t *testing.T) {
 	}
 	if _, err := l.Reserve(Claim{Tenant: "globex", Account: "bob"}); err != nil {
 		t.Fatalf("after release: %v", err)
+	}
+}
+
+// TestLimiterCountsInTenantTimeZone: the Limiter takes each tenant's zone
+// from its configuration.
+func TestLimiterCountsInTenantTimeZone(t *testing.T) {
+	mustLoad(t, "Asia/Kolkata")
+	doc := `configVersion: pbx/v1
+kind: System
+spec:
+  timezone: UTC
+  security:
+    limits: {outboundMinutesPerHour: 15}
+---
+configVersion: pbx/v1
+kind: Tenant
+metadata: {name: acme}
+spec: {domain: acme.example, timezone: Asia/Kolkata}
+---
+configVersion: pbx/v1
+kind: Tenant
+metadata: {name: globex}
+spec: {domain: globex.example}
+`
+	cfg, rep := config.LoadBytes(t.TempDir(), "pbx.yaml", []byte(doc), config.Options{Getenv: func(string) string { return "" }})
+	if !rep.OK() {
+		t.Fatalf("config problems: %+v", rep.Problems)
+	}
+	clk := newClock()
+	clk.Advance(40 * time.Minute) // 12:40 UTC, 18:10 in Kolkata
+	l := NewLimiter(cfg, clk.Now)
+	for _, tn := range []string{"acme", "globex"} {
+		l.AddOutbound(tn, 20*time.Minute) // from 12:20 UTC
+	}
+	if a, g := l.Usage("acme").OutboundHourMins, l.Usage("globex").OutboundHourMins; a != 10 || g != 20 {
+		t.Fatalf("hour usage acme %.1f globex %.1f, want 10 (Kolkata's hour began at 12:30 UTC) and 20", a, g)
+	}
+	if _, err := l.Reserve(Claim{Tenant: "globex", Outbound: true}); !errors.Is(err, ErrMinutesPerHour) {
+		t.Fatalf("globex at 20 of 15 minutes: %v", err)
+	}
+	if _, err := l.Reserve(Claim{Tenant: "acme", Outbound: true}); err != nil {
+		t.Fatalf("acme at 10 of 15 minutes this hour: %v", err)
 	}
 }
