@@ -51,7 +51,13 @@ func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
 		snap.Tenants[tn] = c
 	}
 	for _, c := range s.calls.Calls() {
-		count(c.Tenant, func(n *api.Counts) { n.CallsActive++ })
+		sides := sidesOf(&c)
+		if len(sides) == 0 {
+			count("", func(n *api.Counts) { n.CallsActive++ })
+		}
+		for _, sd := range sides {
+			count(sd.Tenant, func(n *api.Counts) { n.CallsActive++ })
+		}
 	}
 	for _, b := range s.reg.List() {
 		count(b.Tenant, func(n *api.Counts) { n.Registrations++ })
@@ -140,30 +146,48 @@ func (r registrationSource) Drop(ctx context.Context, tenant, extension string) 
 
 type callSource struct{ s *apiSources }
 
+// Calls lists the live calls once per tenant that sees them (an
+// inter-tenant call twice, under one id), so a tenant's token sees its
+// side; a call of no tenant once.
 func (c callSource) Calls(ctx context.Context) ([]api.Call, error) {
 	out := []api.Call{}
 	for _, ci := range c.s.calls.Calls() {
-		call := api.Call{
-			ID: string(ci.ID), Tenant: ci.Tenant, Direction: ci.Direction, From: ci.From, To: ci.To,
-			State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{},
+		call := apiCall(&ci)
+		sides := sidesOf(&ci)
+		if len(sides) == 0 {
+			out = append(out, call)
 		}
-		if !ci.Answer.IsZero() {
-			a := ci.Answer
-			call.AnsweredAt = &a
+		for _, sd := range sides {
+			call.Tenant = sd.Tenant
+			out = append(out, call)
 		}
-		for _, l := range ci.Legs {
-			state := "ringing"
-			switch {
-			case l.Won:
-				state = "answered"
-			case !l.End.IsZero():
-				state = "ended"
-			}
-			call.Legs = append(call.Legs, api.CallLeg{Target: l.Target, Kind: l.Kind, State: state})
-		}
-		out = append(out, call)
 	}
 	return out, nil
+}
+
+// apiCall is a live call as the management API shows it, its caller named
+// as on its record.
+func apiCall(ci *b2bua.CallInfo) api.Call {
+	from, _ := callerOf(ci)
+	call := api.Call{
+		ID: string(ci.ID), Tenant: ci.Tenant, Direction: ci.Direction, From: from, To: ci.To,
+		State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{},
+	}
+	if !ci.Answer.IsZero() {
+		a := ci.Answer
+		call.AnsweredAt = &a
+	}
+	for _, l := range ci.Legs {
+		state := "ringing"
+		switch {
+		case l.Won:
+			state = "answered"
+		case !l.End.IsZero():
+			state = "ended"
+		}
+		call.Legs = append(call.Legs, api.CallLeg{Target: l.Target, Kind: l.Kind, State: state})
+	}
+	return call
 }
 
 func (c callSource) Hangup(ctx context.Context, id string) error {

@@ -113,6 +113,12 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, fmt.Errorf("security: %w", err)
 	}
 	a.limits = guard.NewLimiter(cfg, nil)
+	if a.db != nil {
+		// Beyond the specification: the minutes budgets survive a restart.
+		if err := a.limits.Persist(a.db.Minutes()); err != nil {
+			return nil, fmt.Errorf("security limits: %w", err)
+		}
+	}
 
 	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
 	sip.SetDefaultLogger(log.With("component", "sipgo"))
@@ -177,6 +183,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}
+	limitsLog := log.With("component", "limits")
+	a.limits.OnExhausted(func(id b2bua.CallID, err error) {
+		limitsLog.Info("call cut: outbound minutes spent", "call", id, "err", err)
+		_ = a.calls.End(id, err.Error())
+	})
 
 	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks}
 	backends := src.backends()
@@ -224,6 +235,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {
 		// Registrations leave from the listening sockets, once they serve.
 		select {
@@ -310,6 +322,9 @@ func (a *Appliance) Close() error {
 			errs = append(errs, a.reg.Close())
 		}
 		if a.db != nil {
+			if a.limits != nil {
+				errs = append(errs, a.limits.Flush()) // the minutes of calls ended at shutdown
+			}
 			errs = append(errs, a.db.Close())
 		}
 		if a.lock != nil {

@@ -27,16 +27,23 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 		}
 		return
 	}
-	switch ev.Kind {
-	case b2bua.EventAnswered:
-		rec := l.record(&ev.Call)
-		if err := l.store.Answered(rec); err != nil {
-			l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+	if ev.Kind != b2bua.EventAnswered && ev.Kind != b2bua.EventEnded {
+		return
+	}
+	rec := l.record(&ev.Call)
+	// Each tenant that sees the call (both, on an inter-tenant call) gets
+	// its record under the call's id.
+	for _, sd := range sidesOf(&ev.Call) {
+		r := *rec
+		r.Tenant, r.Extension = sd.Tenant, sd.Extension
+		if ev.Kind == b2bua.EventAnswered {
+			if err := l.store.Answered(&r); err != nil {
+				l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
+			}
+			continue
 		}
-	case b2bua.EventEnded:
-		rec := l.record(&ev.Call)
-		if err := l.store.Commit(rec); err != nil {
-			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+		if err := l.store.Commit(&r); err != nil {
+			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
 		}
 	}
 }
@@ -73,8 +80,7 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	rec.ID = cdr.ID(c.ID)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID
-	rec.From = c.From
-	rec.FromName = c.FromName
+	rec.From, rec.FromName = callerOf(c)
 	rec.To = c.To
 	rec.DID = c.DID
 	rec.Trunk = c.Trunk

@@ -50,9 +50,11 @@ func (c apiClient) getJSON(path string, v any) {
 
 type callList struct {
 	Calls []struct {
-		ID    string `json:"id"`
-		State string `json:"state"`
-		To    string `json:"to"`
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+		State  string `json:"state"`
+		From   string `json:"from"`
+		To     string `json:"to"`
 	} `json:"calls"`
 }
 

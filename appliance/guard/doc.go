@@ -56,11 +56,15 @@
 // # Call limits
 //
 // Limiter enforces security.limits (a tenant's limits override the System's
-// key by key): concurrent calls per tenant and per account, outbound call
-// setups per minute, and outbound minutes per rolling hour and per calendar
-// month (UTC), counted in memory from zero at start. Limits apply whether or
-// not the guard is enabled. Blocked prefixes are not checked here: routing
-// owns them.
+// key by key): concurrent calls per tenant and per account (an inter-tenant
+// call counts for both tenants, its account for the caller's own), outbound
+// call setups per minute, and outbound minutes per clock hour and calendar
+// month of the tenant's time zone. A call is outbound when a leg leaves on a
+// trunk. Answered outbound calls are metered while they run (Run, every
+// second) and cut through OnExhausted when a budget is spent; the counters
+// persist through a MinutesStore (bbolt), so a restart does not reset them.
+// Limits apply whether or not the guard is enabled. Blocked prefixes are not
+// checked here: routing owns them.
 //
 // Caveats: every SIP packet of a source counts toward its rate, responses
 // included, so a carrier sending more than packetRate packets per second

@@ -186,12 +186,15 @@ func (m *Manager) Call(id CallID) (*Call, bool) {
 // Hangup ends call id: BYE to both sides (or, before answer, the legs are
 // cancelled and the caller gets 480). It returns at once; the signalling
 // happens in the background on the call's goroutine, which Close waits for.
-func (m *Manager) Hangup(id CallID) error {
+func (m *Manager) Hangup(id CallID) error { return m.End(id, "hangup") }
+
+// End is Hangup with the reason the call record gives.
+func (m *Manager) End(id CallID, reason string) error {
 	c, ok := m.Call(id)
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrNoSuchCall, id)
 	}
-	c.requestEnd("hangup")
+	c.requestEnd(reason)
 	return nil
 }
 
