@@ -113,6 +113,9 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				}
 				return
 			}
+			if s.metrics != nil {
+				s.metrics.observe(r, sw.code())
+			}
 			if s.log.Enabled(r.Context(), slog.LevelDebug) {
 				s.log.Debug("api request", "request_id", api.RequestIDFrom(r.Context()), "method", r.Method,
 					"path", r.URL.Path, "status", sw.code(), "remote", peerIP(r), "duration", time.Since(start))

@@ -56,6 +56,7 @@ func routeTable(e *env) []routeRow {
 		{method: "GET", pattern: "/v1/dashboard", own: "/v1/dashboard", ok: 200, restricted: 200},
 		{method: "GET", pattern: "/v1/dashboard/{asset}", own: "/v1/dashboard/app.js", ok: 200, restricted: 200,
 			missing: "/v1/dashboard/nope.js"},
+		{method: "GET", pattern: "/v1/metrics", scope: "status:read", own: "/v1/metrics", ok: 200, restricted: 403},
 		{method: "GET", pattern: "/v1/events", scope: "status:read", own: "/v1/events", ok: 404, okCode: "not_found", restricted: 404},
 		{method: "GET", pattern: "/v1/cdr", scope: "cdr:read", own: "/v1/cdr?tenant=acme", ok: 200, restricted: 200,
 			other: "/v1/cdr?tenant=globex", otherStatus: 403},

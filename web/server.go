@@ -56,6 +56,7 @@ type Server struct {
 	tokenLimit *limiter // nil: per-token limit disabled
 	authFail   *limiter
 	certs      *certManager // nil: plain HTTP
+	metrics    *metrics
 
 	mux     *chi.Mux
 	subs    map[string]*chi.Mux // "/v1/<resource>" -> its router, for Allow
@@ -108,6 +109,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		}
 		s.certs = m
 	}
+	s.metrics = newMetrics(opts.Backends)
 	s.mux = s.routes(api.New(api.Options{
 		Backends:  opts.Backends,
 		Presign:   opts.API.Recordings.Presign,
@@ -115,6 +117,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		Log:       log,
 		Closing:   s.closing,
 		Heartbeat: opts.Heartbeat,
+		Metrics:   s.metrics.handler(),
 	}))
 	s.handler = s.mux
 	return s, nil
@@ -267,6 +270,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.certs != nil {
 		wg.Go(func() { s.certs.run(rctx) })
 	}
+	wg.Go(func() { s.metrics.follow(rctx) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 

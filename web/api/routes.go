@@ -65,17 +65,20 @@ type Options struct {
 	// Heartbeat is the period of an event stream's heartbeat comment; 0:
 	// DefaultHeartbeat.
 	Heartbeat time.Duration
+	// Metrics serves GET /v1/metrics; nil: not running.
+	Metrics http.Handler
 }
 
 // Handler serves the management API routes.
 type Handler struct {
-	b         Backends
-	presign   bool
-	now       func() time.Time
-	log       *slog.Logger
-	closing   <-chan struct{}
-	heartbeat time.Duration
-	streams   streams
+	b              Backends
+	presign        bool
+	now            func() time.Time
+	log            *slog.Logger
+	closing        <-chan struct{}
+	heartbeat      time.Duration
+	streams        streams
+	metricsHandler http.Handler
 }
 
 // New returns the handlers over opts.
@@ -84,6 +87,7 @@ func New(opts Options) *Handler {
 	if h.now == nil {
 		h.now = time.Now
 	}
+	h.metricsHandler = opts.Metrics
 	h.heartbeat = opts.Heartbeat
 	if h.heartbeat <= 0 {
 		h.heartbeat = DefaultHeartbeat
@@ -130,6 +134,9 @@ func (h *Handler) Resources() []Resource {
 		{"/calls", []Route{
 			{Method: get, Pattern: "/", Scope: ScopeStatus, Query: tenantParam, Handle: h.calls},
 			{Method: post, Pattern: "/{id}/hangup", Scope: ScopeOperate, Action: "call.hangup", Handle: h.hangup},
+		}},
+		{"/metrics", []Route{
+			{Method: get, Pattern: "/", Scope: ScopeStatus, Global: true, Handle: h.metrics},
 		}},
 		{"/events", []Route{
 			{Method: get, Pattern: "/", Scope: ScopeStatus, Handle: h.eventStream},

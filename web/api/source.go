@@ -72,4 +72,6 @@ type Backends struct {
 	Guard         Guard
 	CallLog       CallLog
 	Events        EventSource
+	Media         MediaSource
+	CallLogStats  CallLogStatsSource
 }

@@ -102,6 +102,8 @@ type Call struct {
 	StartedAt  time.Time  `json:"started_at"`
 	AnsweredAt *time.Time `json:"answered_at"`
 	Legs       []CallLeg  `json:"legs"`
+	// Cause is set once the call ended (on the event stream's call.ended).
+	Cause string `json:"cause,omitempty"`
 }
 
 // CallLeg is one leg of a call in progress.

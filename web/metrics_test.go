@@ -1,0 +1,149 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"pbx/appliance/config"
+	"pbx/appliance/events"
+	"pbx/web/api"
+)
+
+type fakeMedia struct{}
+
+func (fakeMedia) Media(context.Context) (api.MediaTotals, error) {
+	return api.MediaTotals{Legs: 4, PacketsIn: 1000, PacketsOut: 990, PacketsLost: 10,
+		Jitter: api.Histogram{Buckets: map[float64]uint64{0.001: 1, 0.002: 2}, Count: 2, Sum: 0.003}}, nil
+}
+
+type fakeCallLogStats struct{}
+
+func (fakeCallLogStats) CallLogStats(context.Context) (api.CallLogStats, error) {
+	return api.CallLogStats{Commits: 7, Pending: 2, CommitTime: api.Histogram{Buckets: map[float64]uint64{0.01: 7}, Count: 7, Sum: 0.02}}, nil
+}
+
+func scrape(t *testing.T, e *env) map[string]*dto.MetricFamily {
+	t.Helper()
+	r := e.get("/v1/metrics", secretAdmin)
+	if r.status != 200 {
+		t.Fatalf("metrics: %d %s", r.status, r.body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
+	if err != nil {
+		t.Fatalf("parse: %v\n%s", err, r.body)
+	}
+	return fams
+}
+
+// value returns the value of the series of name whose labels include want.
+func value(fams map[string]*dto.MetricFamily, name string, want ...string) (float64, bool) {
+	f := fams[name]
+	if f == nil {
+		return 0, false
+	}
+next:
+	for _, m := range f.Metric {
+		for i := 0; i+1 < len(want); i += 2 {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == want[i] && l.GetValue() == want[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+// TestMetrics: /v1/metrics parses as the Prometheus text format, reads the
+// components' state, counts calls from the event bus and API requests by
+// route, and no label value is a number or an address.
+func TestMetrics(t *testing.T) {
+	bus := events.New(0)
+	e := newEnv(t, withBus(bus), func(_ *config.API, o *Options) {
+		o.Backends.Media = fakeMedia{}
+		o.Backends.CallLogStats = fakeCallLogStats{}
+	})
+	e.get("/v1/status", secretAdmin)
+	fams := scrape(t, e)
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"pbx_calls_active", []string{"direction", "inbound"}, 1},
+		{"pbx_calls_active", []string{"direction", "outbound"}, 1},
+		{"pbx_calls_active", []string{"direction", "internal"}, 0},
+		{"pbx_registrations", nil, 2},
+		{"pbx_trunks", []string{"state", "up"}, 3},
+		{"pbx_guard_packets_total", nil, 42},
+		{"pbx_guard_bans_active", nil, 1},
+		{"pbx_rtp_packets_total", []string{"direction", "in"}, 1000},
+		{"pbx_rtp_packets_lost_total", nil, 10},
+		{"pbx_rtp_jitter_seconds", nil, 2},
+		{"pbx_cdr_commits_total", nil, 7},
+		{"pbx_cdr_pending", nil, 2},
+		{"pbx_api_requests_total", []string{"route", "/v1/status", "code", "200"}, 1},
+	}
+	for _, c := range checks {
+		if got, ok := value(fams, c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_resident_memory_bytes"} {
+		if fams[name] == nil {
+			t.Errorf("no %s", name)
+		}
+	}
+
+	// Calls are counted from the bus as they end and answer.
+	start := time.Now().Add(-3 * time.Second)
+	answered := start.Add(2 * time.Second)
+	bus.Publish(events.Event{Type: events.CallAnswered, Data: api.Call{ID: "c1", Direction: "outbound", StartedAt: start, AnsweredAt: &answered}})
+	bus.Publish(events.Event{Type: events.CallEnded, Data: api.Call{ID: "c1", Direction: "outbound", Cause: "answered"}})
+	bus.Publish(events.Event{Type: events.CallEnded, Data: api.Call{ID: "c2", Direction: "inbound", Cause: "busy"}})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fams = scrape(t, e)
+		a, _ := value(fams, "pbx_calls_total", "direction", "outbound", "cause", "answered")
+		b, _ := value(fams, "pbx_calls_total", "direction", "inbound", "cause", "busy")
+		s, _ := value(fams, "pbx_call_setup_seconds")
+		if a == 1 && b == 1 && s == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls_total answered %v busy %v setup %v", a, b, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	numberish := regexp.MustCompile(`^\+?[0-9]{4,}$|^[0-9.]+:[0-9]+$|^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$`)
+	for name, f := range fams {
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if numberish.MatchString(l.GetValue()) {
+					t.Errorf("%s has a high-cardinality label %s=%q", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+}
