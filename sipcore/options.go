@@ -113,7 +113,7 @@ type TCPOptions struct {
 	// TCP listener (DefaultTCPMaxConnections).
 	MaxConnections int
 	// MaxPerSource caps the accepted connections open at once from one
-	// source IP address (DefaultTCPMaxPerSource).
+	// source IPv4 address or IPv6 /64 (DefaultTCPMaxPerSource).
 	MaxPerSource int
 }
 

@@ -21,7 +21,7 @@ import (
 //     as EMFILE is counted and retried after a pause that doubles from 5 ms
 //     to 1 s, as net/http's Server.Serve does.
 //   - At most TCPOptions.MaxConnections accepted connections are open at
-//     once, and at most MaxPerSource from one IP address; the excess is
+//     once, and at most MaxPerSource from one IPv4 address or IPv6 /64; the excess is
 //     closed at once (with a reset, leaving no TIME_WAIT behind) and counted.
 //   - Each connection is framed into whole SIP messages (RFC 3261 18.3)
 //     with idle and incomplete-message deadlines, see tcpConn.
@@ -110,9 +110,20 @@ func (l *tcpLimits) stop() {
 	l.closedLog.stop()
 }
 
+// sourceKey is what MaxPerSource counts by: the IPv4 address, or the /64
+// of an IPv6 address (one host or one site holds a whole /64).
+func sourceKey(a netip.Addr) netip.Addr {
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
 // take reserves a slot for a connection from src; false when a cap is
 // reached (and counted).
 func (l *tcpLimits) take(src netip.Addr) bool {
+	src = sourceKey(src)
 	l.mu.Lock()
 	switch {
 	case l.open >= l.opts.MaxConnections:
@@ -128,12 +139,13 @@ func (l *tcpLimits) take(src netip.Addr) bool {
 		l.accepted.Add(1)
 		return true
 	}
-	l.refusedLog.add()
+	l.refusedLog.add("lastSource", src.String())
 	return false
 }
 
 // give returns the slot of a connection from src.
 func (l *tcpLimits) give(src netip.Addr) {
+	src = sourceKey(src)
 	l.mu.Lock()
 	l.open--
 	if n := l.perSrc[src] - 1; n > 0 {

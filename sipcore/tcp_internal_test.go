@@ -159,3 +159,32 @@ func TestIdleConnectionHoldsLittle(t *testing.T) {
 		t.Fatalf("buffer %d between messages, want %d", cap(c.buf), tcpReadChunk)
 	}
 }
+
+// TestPerSourceKeyIPv6Prefix: addresses of one IPv6 /64 share the per-source
+// cap; IPv4 addresses and other /64s do not.
+func TestPerSourceKeyIPv6Prefix(t *testing.T) {
+	limits := testLimits(TCPOptions{MaxConnections: 10, MaxPerSource: 2})
+	defer limits.stop()
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{
+		{"2001:db8:1:2::1", true},
+		{"2001:db8:1:2:ffff::9", true},
+		{"2001:db8:1:2::3", false}, // third from the same /64
+		{"2001:db8:1:3::1", true},
+		{"192.0.2.1", true},
+		{"192.0.2.2", true},
+	} {
+		if got := limits.take(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("take(%s) = %v, want %v", c.addr, got, c.want)
+		}
+	}
+	limits.give(netip.MustParseAddr("2001:db8:1:2::1"))
+	if !limits.take(netip.MustParseAddr("2001:db8:1:2::7")) {
+		t.Fatal("a slot given back in the /64 was not reusable")
+	}
+	if st := limits.stats(); st.Open != 5 || st.RefusedSource != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

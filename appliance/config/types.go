@@ -98,7 +98,7 @@ type SIP struct {
 type SIPTCP struct {
 	IdleTimeout    Duration `yaml:"idleTimeout"`    // close a connection silent this long
 	MaxConnections int      `yaml:"maxConnections"` // open at once over every tcp listener
-	MaxPerSource   int      `yaml:"maxPerSource"`   // open at once from one IP address
+	MaxPerSource   int      `yaml:"maxPerSource"`   // open at once from one IPv4 address or IPv6 /64
 }
 
 // Listener is one entry of sip.transports: a bare protocol name or a mapping.
