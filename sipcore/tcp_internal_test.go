@@ -188,3 +188,21 @@ func TestPerSourceKeyIPv6Prefix(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestPlausibleStartLine(t *testing.T) {
+	for line, want := range map[string]bool{
+		"INVITE sip:100@pbx SIP/2.0":         true,
+		"OPTIONS sip:x SIP/3.0":              true, // the stack answers 505
+		"SIP/2.0 200 OK":                     true,
+		"X-CUSTOM.method sip:x SIP/2.0":      true,
+		"GET / HTTP/1.1":                     false,
+		"INVITE sip:100@pbx":                 false,
+		"\x16\x03\x01\x02\x00 sip:x SIP/2.0": false,
+		" INVITE sip:x SIP/2.0":              false,
+		"":                                   false,
+	} {
+		if got := plausibleStartLine([]byte(line + "\r\nVia: x\r\n\r\n")); got != want {
+			t.Errorf("%q: %v, want %v", line, got, want)
+		}
+	}
+}

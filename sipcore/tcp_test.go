@@ -362,8 +362,9 @@ func TestTCPThrottledSourceClosedAtBoundary(t *testing.T) {
 
 // TestTCPOversizeAndMalformedClosed: a Content-Length that takes the message
 // past TCPMaxMessage closes before the body arrives; a header section that
-// never ends within the limit closes; a message without Content-Length
-// closes. A message of exactly the limit is handled.
+// never ends within the limit closes; a message without Content-Length or
+// with a start line that is not SIP (an HTTP probe) closes. A message of
+// exactly the limit is handled.
 func TestTCPOversizeAndMalformedClosed(t *testing.T) {
 	s, addr := tcpServer(t, sipcore.Options{})
 
@@ -390,7 +391,13 @@ func TestTCPOversizeAndMalformedClosed(t *testing.T) {
 	}
 	waitClosed(t, nolen, 5*time.Second)
 
-	st := waitStats(t, s, "closes counted", func(st sipcore.TCPStats) bool { return st.Oversize == 2 && st.Malformed == 1 })
+	probe := dialFrom(t, "127.0.0.1", addr)
+	if _, err := probe.Write([]byte("GET / HTTP/1.1\r\nHost: pbx\r\nContent-Length: 0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, probe, 5*time.Second)
+
+	st := waitStats(t, s, "closes counted", func(st sipcore.TCPStats) bool { return st.Oversize == 2 && st.Malformed == 2 })
 	if st.Open != 0 {
 		t.Fatalf("stats %+v", st)
 	}

@@ -51,8 +51,8 @@ func (r closeReason) String() string {
 //
 // Each complete message goes through the admission hook once; a refused
 // message, a message above TCPMaxMessage (known from the header section
-// alone when Content-Length says so) and a message without a usable
-// Content-Length close the connection at that message boundary, so sipgo
+// alone when Content-Length says so), and a message without a usable
+// Content-Length or a plausible start line close the connection at that message boundary, so sipgo
 // never holds a partial message. A connection with nothing received for
 // IdleTimeout, or a message incomplete MessageTimeout after its first byte,
 // is closed as well. sipgo then sees io.EOF, a clean close.
@@ -184,7 +184,7 @@ func (c *tcpConn) frame() (int, closeReason) {
 			c.hdrEnd = from + i + len(crlfcrlf)
 		}
 		body, ok := contentLength(data[:c.hdrEnd])
-		if !ok {
+		if !ok || !plausibleStartLine(data[:c.hdrEnd]) {
 			return 0, closeMalformed
 		}
 		if body > TCPMaxMessage-c.hdrEnd {
@@ -258,6 +258,39 @@ func (c *tcpConn) drop(why closeReason) error {
 	c.release()
 	l.closedLog.add("reason", why.String(), "src", c.src.Addr().String())
 	return io.EOF
+}
+
+// plausibleStartLine reports whether the header section starts with what
+// could be a SIP start line (RFC 3261 7.1, 7.2): a status line "SIP/...",
+// or a method token, a space, a URI and a space before "SIP/...". The
+// version itself is left to the stack, which answers 505 to one it does
+// not support. Anything else (binary noise, an HTTP probe) is closed here,
+// before sipgo would log the bytes as a parse error.
+func plausibleStartLine(hdr []byte) bool {
+	line, _, _ := bytes.Cut(hdr, crlfPong)
+	if bytes.HasPrefix(line, []byte("SIP/")) {
+		return true
+	}
+	method, rest, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(method) == 0 {
+		return false
+	}
+	for _, b := range method {
+		if !isTokenChar(b) {
+			return false
+		}
+	}
+	i := bytes.LastIndexByte(rest, ' ')
+	return i > 0 && bytes.HasPrefix(rest[i+1:], []byte("SIP/"))
+}
+
+// isTokenChar reports whether b may appear in an RFC 3261 token.
+func isTokenChar(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	return bytes.IndexByte([]byte("-.!%*_+`'~"), b) >= 0
 }
 
 // contentLength reads the Content-Length (or its compact form l) of a header
