@@ -3,11 +3,14 @@ package e2e
 import (
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // tcpProbe is one hostile TCP connection to the PBX and when it was closed.
@@ -190,4 +193,53 @@ func TestChaosTCPCapsAndTimeouts(t *testing.T) {
 	if n := strings.Count(p.log.String(), "sip tcp connections refused over the caps"); n > 3 {
 		t.Errorf("%d log lines for the refusals; want at most one per 5 s", n)
 	}
+}
+
+// setNoFile sets the descriptor limit (soft and hard) of process pid, as
+// prlimit(1) does.
+func setNoFile(t *testing.T, pid int, n uint64) {
+	t.Helper()
+	lim := syscall.Rlimit{Cur: n, Max: n}
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(syscall.RLIMIT_NOFILE), uintptr(unsafe.Pointer(&lim)), 0, 0, 0); errno != 0 {
+		t.Fatalf("prlimit %d nofile %d: %v", pid, n, errno)
+	}
+}
+
+// TestChaosTCPSurvivesDescriptorExhaustion reproduces the remote exit: with
+// the process's descriptor limit lowered below what the TCP caps allow,
+// idle connections make accept fail with EMFILE. The listener retries
+// instead of returning, the process stays up, and once the attacker lets go
+// a phone registers over TCP on the same listener.
+func TestChaosTCPSurvivesDescriptorExhaustion(t *testing.T) {
+	requireSIPp(t)
+	p := startPBX(t, pbxConfig{NoCDR: true, LogLevel: "info", SIP: "    tcp:\n      maxConnections: 4000\n      maxPerSource: 4000\n"})
+	pid := p.cmd.Process.Pid
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := len(fds) + 40
+	setNoFile(t, pid, uint64(limit))
+	to := fmt.Sprintf("127.0.0.1:%d", p.sipPort)
+
+	const n = 150
+	probes := openProbes(t, "127.0.0.2", to, n, false)
+	p.waitLog("sip tcp accept failed; retrying", 10*time.Second) // fails if the process exited
+	for _, pr := range probes {
+		if pr.conn != nil {
+			pr.conn.Close()
+		}
+	}
+	dir := scenarioDir(t, map[string]string{"alice.csv": credentials("alice")})
+	registerSIPp(t, p, dir, "tcp", "alice", freePort(t))
+	select {
+	case <-p.done:
+		t.Fatalf("pbx exited: %v", p.exitErr)
+	default:
+	}
+	errs, _ := lastCount(p.log.String(), "sip tcp accept failed; retrying", "acceptErrors")
+	if errs == 0 {
+		t.Fatal("accept errors not counted in the log")
+	}
+	t.Logf("%d idle connections against a descriptor limit of %d: accept failed (EMFILE) and was retried, %d failures in the first log line; the process stayed up and a phone registered over TCP afterwards", n, limit, errs)
 }
