@@ -23,7 +23,7 @@ type tcpProbe struct {
 // openProbes opens n connections from the loopback address from. Each stays
 // silent, or with halfSent holds half an OPTIONS request; a goroutine per
 // connection notes when the PBX closes it.
-func openProbes(t *testing.T, from, to string, n int, halfSent bool) []*tcpProbe {
+func openProbes(t testing.TB, from, to string, n int, halfSent bool) []*tcpProbe {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 	probes := make([]*tcpProbe, 0, n)
@@ -85,7 +85,7 @@ func splitRefused(probes []*tcpProbe) (refused int, open []*tcpProbe) {
 
 // waitAllClosed waits for every probe to be closed by the PBX, failing after
 // limit from its dial; it returns the latest close.
-func waitAllClosed(t *testing.T, probes []*tcpProbe, limit time.Duration) (earliest, latest time.Duration) {
+func waitAllClosed(t testing.TB, probes []*tcpProbe, limit time.Duration) (earliest, latest time.Duration) {
 	t.Helper()
 	earliest = limit
 	for i, p := range probes {
@@ -242,4 +242,30 @@ func TestChaosTCPSurvivesDescriptorExhaustion(t *testing.T) {
 		t.Fatal("accept errors not counted in the log")
 	}
 	t.Logf("%d idle connections against a descriptor limit of %d: accept failed (EMFILE) and was retried, %d failures in the first log line; the process stayed up and a phone registered over TCP afterwards", n, limit, errs)
+}
+
+// BenchmarkChaosTCPHalfSent: 1,024 half-sent requests from 16 sources
+// against bin/pbx with the default sip.tcp settings (64 per source, 10 s
+// message deadline). Every one must be closed; the metric is how long after
+// its dial the last one was closed.
+func BenchmarkChaosTCPHalfSent(b *testing.B) {
+	p := startPBX(b, pbxConfig{NoCDR: true, LogLevel: "info"})
+	to := fmt.Sprintf("127.0.0.1:%d", p.sipPort)
+	for i := 0; i < b.N; i++ {
+		var probes []*tcpProbe
+		start := time.Now()
+		for src := 0; src < 16; src++ {
+			probes = append(probes, openProbes(b, fmt.Sprintf("127.0.1.%d", src+1), to, 64, true)...)
+		}
+		opened := time.Since(start)
+		first, last := waitAllClosed(b, probes, 30*time.Second)
+		for _, pr := range probes {
+			if pr.conn != nil {
+				pr.conn.Close()
+			}
+		}
+		b.ReportMetric(last.Seconds(), "s-last-close")
+		b.ReportMetric(first.Seconds(), "s-first-close")
+		b.Logf("%d half-sent requests opened in %s: all closed, %s to %s after each was dialled", len(probes), opened.Round(time.Millisecond), first.Round(time.Millisecond), last.Round(time.Millisecond))
+	}
 }
