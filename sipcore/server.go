@@ -88,10 +88,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("%w: listener %q: port %d out of range", ErrInvalidOptions, l.ID, l.BindPort)
 		}
 	}
-	if err := opts.TCP.validate(); err != nil {
-		return nil, err
-	}
-	opts.TCP = opts.TCP.withDefaults()
+	opts.TCP = opts.TCP.withDefaults() // a negative value stays and is refused
 	if err := opts.TCP.validate(); err != nil {
 		return nil, err
 	}

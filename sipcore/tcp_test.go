@@ -466,12 +466,24 @@ func TestTCPHalfSentFlood(t *testing.T) {
 }
 
 // TestTCPOptionsValidated: negative limits and a per-source cap above the
-// total are refused by New.
+// total are refused by New; a per-source cap alone is checked against the
+// default total.
 func TestTCPOptionsValidated(t *testing.T) {
+	for _, o := range []sipcore.TCPOptions{
+		{MaxPerSource: 100},
+		{MaxConnections: 10},
+	} {
+		s, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{{ID: "t", Transport: "tcp", BindHost: "127.0.0.1"}}, TCP: o}, nil)
+		if err != nil {
+			t.Fatalf("%+v: %v", o, err)
+		}
+		s.Close()
+	}
 	for _, o := range []sipcore.TCPOptions{
 		{IdleTimeout: -1},
 		{MaxConnections: -1},
 		{MaxConnections: 10, MaxPerSource: 11},
+		{MaxPerSource: sipcore.DefaultTCPMaxConnections + 1},
 	} {
 		_, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{{ID: "t", Transport: "tcp", BindHost: "127.0.0.1"}}, TCP: o}, nil)
 		if !errors.Is(err, sipcore.ErrInvalidOptions) {
