@@ -132,6 +132,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		ContactUser:  *sys.SIP.ContactUser,
 		ExternalHost: sys.SIP.ExternalHost,
 		Admit:        a.guard.Admit,
+		TCP: sipcore.TCPOptions{
+			IdleTimeout:    sys.SIP.TCP.IdleTimeout.D(),
+			MaxConnections: sys.SIP.TCP.MaxConnections,
+			MaxPerSource:   sys.SIP.TCP.MaxPerSource,
+		},
 	}, log.With("component", "sip")); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}

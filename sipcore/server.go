@@ -30,6 +30,7 @@ type Server struct {
 	srv *sipgo.Server
 
 	listeners []*bound
+	tcp       *tcpLimits
 
 	draining atomic.Bool
 
@@ -52,6 +53,7 @@ type bound struct {
 	advertised string         // host written in Via and Contact
 	udp        *net.UDPConn
 	tcp        *net.TCPListener
+	tcpLn      *tcpListener // tcp, capped and framed; what sipgo serves
 	client     *sipgo.Client
 	contact    sip.ContactHeader
 }
@@ -86,11 +88,16 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("%w: listener %q: port %d out of range", ErrInvalidOptions, l.ID, l.BindPort)
 		}
 	}
+	opts.TCP = opts.TCP.withDefaults() // a negative value stays and is refused
+	if err := opts.TCP.validate(); err != nil {
+		return nil, err
+	}
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{})}
+	s.tcp = newTCPLimits(opts.TCP, opts.Admit, log)
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {
@@ -100,6 +107,9 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		b.advertised = uriHost(advertisedHost(opts.ExternalHost, b.addr.Addr()))
+		if b.tcp != nil {
+			b.tcpLn = newTCPListener(b.tcp, s.tcp)
+		}
 		s.listeners = append(s.listeners, b)
 	}
 
@@ -252,24 +262,15 @@ func advertisedHost(external string, bind netip.Addr) string {
 	return "127.0.0.1"
 }
 
+// readFilter applies the admission hook to UDP datagrams. TCP reads pass:
+// an accepted connection admits whole messages in its framing (tcpConn),
+// and a connection the PBX dialled goes to a peer the PBX chose.
 func (s *Server) readFilter(props sip.TransportReadProps, data []byte) ([]byte, error) {
 	admit := s.opts.Admit
-	if admit == nil {
+	if admit == nil || strings.EqualFold(props.Transport, TransportTCP) {
 		return data, nil
 	}
-	var src netip.AddrPort
-	switch a := props.RemoteAddr.(type) {
-	case *net.UDPAddr:
-		src = a.AddrPort()
-	case *net.TCPAddr:
-		src = a.AddrPort()
-	default:
-		if a != nil {
-			src, _ = netip.ParseAddrPort(a.String())
-		}
-	}
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	if !admit(src, strings.ToLower(props.Transport), data) {
+	if !admit(addrOf(props.RemoteAddr), strings.ToLower(props.Transport), data) {
 		return nil, nil
 	}
 	return data, nil
@@ -501,7 +502,7 @@ func (s *Server) Run(ctx context.Context) error {
 			case TransportUDP:
 				err = s.srv.ServeUDP(b.udp)
 			case TransportTCP:
-				err = s.srv.ServeTCP(b.tcp)
+				err = s.srv.ServeTCP(b.tcpLn)
 			}
 			if err != nil && gctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("listener %q: serve: %w", b.ID, err)
@@ -570,11 +571,17 @@ func (s *Server) closeSockets() {
 		if b.udp != nil {
 			_ = b.udp.Close()
 		}
-		if b.tcp != nil {
+		switch {
+		case b.tcpLn != nil:
+			_ = b.tcpLn.Close()
+		case b.tcp != nil:
 			_ = b.tcp.Close()
 		}
 	}
 }
+
+// TCPStats returns what the TCP listeners counted since New.
+func (s *Server) TCPStats() TCPStats { return s.tcp.stats() }
 
 // Close stops Run, closes the sockets and the SIP stack.
 func (s *Server) Close() error {
@@ -585,6 +592,7 @@ func (s *Server) Close() error {
 		}
 		s.runMu.Unlock()
 		s.closeSockets()
+		s.tcp.stop()
 		if s.ua != nil {
 			_ = s.ua.Close()
 		}

@@ -35,13 +35,19 @@ const (
 	DefaultRoomServicePort = 5060
 	DefaultVoicemailCode   = "*97"
 	DefaultMediaTimeout    = 60 * time.Second
+	// sip.tcp: longer than phones' CRLF keep-alive and TCP registration
+	// refresh; caps well below the unit's LimitNOFILE (65536).
+	DefaultTCPIdleTimeout    = 10 * time.Minute
+	DefaultTCPMaxConnections = 4096
+	DefaultTCPMaxPerSource   = 64 // an office of phones behind one NAT address
 )
 
 // DefaultCodecs is the default media.codecs.
 var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
-	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}}}
+	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
+		TCP: SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource}}
 	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}

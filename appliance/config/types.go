@@ -91,6 +91,14 @@ type SIP struct {
 	UserAgent    *string    `yaml:"userAgent"`
 	ContactUser  *string    `yaml:"contactUser"`
 	TLS          *TLS       `yaml:"tls"`
+	TCP          SIPTCP     `yaml:"tcp"`
+}
+
+// SIPTCP is sip.tcp: the bounds of SIP over TCP connections.
+type SIPTCP struct {
+	IdleTimeout    Duration `yaml:"idleTimeout"`    // close a connection silent this long
+	MaxConnections int      `yaml:"maxConnections"` // open at once over every tcp listener
+	MaxPerSource   int      `yaml:"maxPerSource"`   // open at once from one IPv4 address or IPv6 /64
 }
 
 // Listener is one entry of sip.transports: a bare protocol name or a mapping.

@@ -320,6 +320,7 @@ func (v *validator) system() {
 		}
 		socks = append(socks, sock{proto, l.BindHost, l.BindPort, p})
 	}
+	v.sipTCP(m, &s.SIP.TCP)
 	if s.SIP.TLS != nil {
 		v.tls(m, "sip.tls", s.SIP.TLS)
 		v.warnf(m, "sip.tls", "inert.sipTLS", "sip.tls is accepted but not applied to SIP (only api.tls is used)")
@@ -482,6 +483,22 @@ func readableDir(path string) error {
 		return cleanErr(err)
 	}
 	return nil
+}
+
+// sipTCP checks sip.tcp: every bound positive, the per-source cap within
+// the total.
+func (v *validator) sipTCP(m *Meta, t *SIPTCP) {
+	if t.IdleTimeout <= 0 {
+		v.errf(m, "sip.tcp.idleTimeout", "sip.tcp", "idleTimeout must be positive")
+	}
+	if t.MaxConnections <= 0 {
+		v.errf(m, "sip.tcp.maxConnections", "sip.tcp", "maxConnections must be positive")
+	}
+	if t.MaxPerSource <= 0 {
+		v.errf(m, "sip.tcp.maxPerSource", "sip.tcp", "maxPerSource must be positive")
+	} else if t.MaxConnections > 0 && t.MaxPerSource > t.MaxConnections {
+		v.errf(m, "sip.tcp.maxPerSource", "sip.tcp", "maxPerSource %d is above maxConnections %d", t.MaxPerSource, t.MaxConnections)
+	}
 }
 
 func (v *validator) tls(m *Meta, path string, t *TLS) {

@@ -6,7 +6,8 @@
 // # Admission
 //
 // Guard.Admit has the shape of sipcore.Admitter and runs on the socket's read
-// goroutine for every UDP datagram and TCP read chunk. Its checks, in order:
+// goroutine for every UDP datagram and every whole SIP message of an accepted
+// TCP connection. Its checks, in order:
 //
 //  1. deny list: a source matching security.deny is dropped (deny wins over
 //     allow);
