@@ -1,7 +1,9 @@
 package appliance
 
 import (
+	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -30,15 +32,38 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 	switch ev.Kind {
 	case b2bua.EventAnswered:
 		rec := l.record(&ev.Call)
-		if err := l.store.Answered(rec); err != nil {
+		if err := l.store.Answered(rec); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
 			l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
 		}
 	case b2bua.EventEnded:
+		// A record that cannot be written (a full disk) is kept and
+		// retried by the store, which logs the backlog once a minute and
+		// reports it in /v1/status; so does a full backlog.
 		rec := l.record(&ev.Call)
-		if err := l.store.Commit(rec); err != nil {
+		if err := l.store.Commit(rec); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
 			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
 		}
 	}
+}
+
+// Test knobs: the end-to-end tests shorten the marker refresh and the
+// retry backoff of the call record store, which the configuration does not
+// expose (the defaults are what an operator wants). Durations in Go syntax.
+const (
+	envCDRMarkerRefresh = "PBX_TEST_CDR_MARKER_REFRESH"
+	envCDRRetryMax      = "PBX_TEST_CDR_RETRY_MAX"
+)
+
+// cdrTestKnobs applies the test knobs set in the environment to o.
+func cdrTestKnobs(o cdr.Options) cdr.Options {
+	if d, err := time.ParseDuration(os.Getenv(envCDRMarkerRefresh)); err == nil && d > 0 {
+		o.MarkerRefresh = d
+	}
+	if d, err := time.ParseDuration(os.Getenv(envCDRRetryMax)); err == nil && d > 0 {
+		o.RetryMax = d
+		o.RetryMin = min(cdr.DefaultRetryMin, d)
+	}
+	return o
 }
 
 // record is recordOf with the call's routing steps. The last step that has
