@@ -64,16 +64,17 @@ type pendingRec struct {
 // backlog holds the records that failed to be written, the in-flight
 // markers to refresh, and what /v1/status and the log say about them.
 type backlog struct {
-	mu      sync.Mutex
-	recs    map[recKey]*pendingRec
-	live    map[recKey]string // marker path of every answered call in progress
-	lastErr error             // the last write failure
-	since   time.Time         // first failure of the current episode
-	over    int               // records not kept for the bound in this episode
-	written int               // pending records written in this episode
-	lastLog time.Time
-	fails   int       // consecutive failed retry rounds
-	next    time.Time // earliest next retry round
+	mu        sync.Mutex
+	recs      map[recKey]*pendingRec
+	live      map[recKey]string // marker path of every answered call in progress
+	lastErr   error             // the last write failure
+	since     time.Time         // first failure of the current episode
+	over      int               // records not kept for the bound in this episode
+	written   int               // pending records written in this episode
+	lastLog   time.Time         // of the error line
+	lastClear time.Time         // of the all-written line
+	fails     int               // consecutive failed retry rounds
+	next      time.Time         // earliest next retry round
 
 	n    atomic.Int64  // len(recs), read without the lock on the commit path
 	kick chan struct{} // a write succeeded while records were pending: retry now
@@ -177,7 +178,9 @@ func (s *Store) keep(n *Record, st stage, cause error) error {
 	defer b.mu.Unlock()
 	now := s.opts.Now()
 	if len(b.recs) == 0 && b.over == 0 {
-		b.since, b.written, b.fails, b.lastLog = now, 0, 0, time.Time{}
+		// A new episode; lastLog carries over, so a disk that fills and
+		// frees over and over is still logged once per interval.
+		b.since, b.written, b.fails = now, 0, 0
 		b.next = now.Add(s.opts.RetryMin)
 	}
 	b.lastErr = cause
@@ -247,7 +250,8 @@ func (s *Store) clearedLocked() {
 	if len(b.recs) > 0 {
 		return
 	}
-	if b.written > 0 || b.over > 0 {
+	if now := s.opts.Now(); (b.written > 0 || b.over > 0) && now.Sub(b.lastClear) >= ProblemLogInterval {
+		b.lastClear = now
 		s.log.Info("call records written after a write failure", "written", b.written, "over_bound", b.over,
 			"since", b.since)
 	}
