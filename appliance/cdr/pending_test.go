@@ -433,3 +433,84 @@ func TestRunRetriesAndLogsOncePerInterval(t *testing.T) {
 		t.Fatalf("%d recovery lines, want 1", n)
 	}
 }
+
+// TestBacklogConcurrentFlapping: calls are answered and committed from
+// several goroutines while the disk fills and frees at random steps and
+// retries and marker refreshes run alongside; once the disk has room for
+// good, every record is written exactly once and no marker is left. Run
+// with -race.
+func TestBacklogConcurrentFlapping(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	var flips atomic.Int64
+	s.fault = func(step, path string) error {
+		// Fail about a third of the steps, in bursts, while flips is odd.
+		if flips.Load()%2 == 1 && len(path)%3 == 0 {
+			return &os.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+		}
+		return nil
+	}
+	const workers, perWorker = 4, 60
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	stop := make(chan struct{})
+	var maxPending atomic.Int64
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			flips.Add(1)
+			maxPending.Store(max(maxPending.Load(), int64(s.Backlog().Pending)))
+			s.RetryPending()
+			s.RefreshMarkers()
+		}
+	}()
+	recs := make([][]*Record, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				r := call("acme", start.Add(time.Duration(w*perWorker+i)*time.Second), i%3 != 0, "1", fmt.Sprint(w, i))
+				if r.Answered() {
+					if err := s.Answered(r); err != nil {
+						t.Error(err)
+					}
+				}
+				if err := s.Commit(r); err != nil {
+					t.Error(err)
+				}
+				recs[w] = append(recs[w], r)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	bg.Wait()
+	if flips.Load()%2 == 1 {
+		flips.Add(1)
+	}
+	if left := s.RetryPending(); left != 0 {
+		t.Fatalf("%d pending after the disk has room", left)
+	}
+	if maxPending.Load() == 0 {
+		t.Fatal("no write ever failed: the test proves nothing")
+	}
+	t.Logf("up to %d records pending at once", maxPending.Load())
+	for _, rs := range recs {
+		for _, r := range rs {
+			committedOnce(t, s, r)
+		}
+	}
+	if es, _ := os.ReadDir(s.inflightDir("acme")); len(es) != 0 {
+		t.Fatalf("%d markers left", len(es))
+	}
+	if b := s.Backlog(); b.Pending != 0 || b.Problem() != "" {
+		t.Fatalf("backlog %+v", b)
+	}
+}
