@@ -74,9 +74,10 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		opts.Getenv = os.Getenv
 	}
 	a = &Appliance{opts: opts, log: log, cfg: cfg}
+	built := a // an error return sets a to nil
 	defer func() {
 		if err != nil {
-			a.Close()
+			built.Close()
 			a = nil
 		}
 	}()
