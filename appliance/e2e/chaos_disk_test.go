@@ -293,3 +293,69 @@ func TestChaosKillAfterLongCall(t *testing.T) {
 		t.Fatalf("recovered bill %v, the call lasted at least %v after its answer", bill, lasted)
 	}
 }
+
+// TestChaosKillOnFullDisk: a PBX killed while its data directory is full
+// starts again on the still-full disk (recovery keeps what it cannot
+// write), reports the recovered calls pending in /v1/status, and writes
+// them once there is room: each call in progress at the kill has its
+// incomplete record exactly once.
+func TestChaosKillOnFullDisk(t *testing.T) {
+	const live = 3
+	data := mountTmpfs(t, 2<<20)
+	t.Setenv("PBX_TEST_CDR_RETRY_MAX", "1s")
+	apiPort := freePort(t)
+	p := startPBX(t, pbxConfig{APIPort: apiPort, DataDir: data, LogLevel: "info"})
+	api := apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", apiPort), token: testToken}
+	dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	bobPort := freePort(t)
+	registerSIPp(t, p, dir, "udp", "bob", bobPort)
+	startSIPp(t, dir, "uas", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", strconv.Itoa(live),
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(mediaPort(t)), "-rtp_echo")
+	caller := startSIPp(t, dir, "long", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_call.xml", "-inf", "alice.csv",
+		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
+		"-m", strconv.Itoa(live), "-l", strconv.Itoa(live), "-r", "20", "-d", "60000",
+		"-p", strconv.Itoa(freePort(t)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(mediaPort(t)))
+	waitFor(t, "calls answered", 30*time.Second, func() bool { return countMarkers(data) == live })
+	filler := filepath.Join(data, "filler")
+	fill(t, filler)
+	p.kill()
+	_ = caller.cmd.Process.Kill()
+
+	p.start() // on the full disk
+	var st statusBody
+	want := fmt.Sprintf("call records: %d pending", live)
+	waitFor(t, "status degraded with the recovered calls pending", 10*time.Second, func() bool {
+		api.getJSON("/v1/status", &st)
+		return st.Degraded && len(st.Problems) == 1 && strings.HasPrefix(st.Problems[0], want)
+	})
+	if n := countMarkers(data); n != live {
+		t.Fatalf("%d markers on disk while their records are pending, want %d", n, live)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "status back to normal", 15*time.Second, func() bool {
+		api.getJSON("/v1/status", &st)
+		return !st.Degraded && len(st.Problems) == 0
+	})
+	p.stop()
+	p.start() // a second recovery finds nothing to do
+	p.stop()
+	recs := callRecords(t, data)
+	ids := map[string]bool{}
+	for _, r := range recs {
+		id := fmt.Sprint(r["id"])
+		if ids[id] || r["incomplete"] != true {
+			t.Errorf("record %s: twice or not incomplete: %v", id, r)
+		}
+		ids[id] = true
+	}
+	if len(ids) != live {
+		t.Fatalf("%d records, want %d", len(ids), live)
+	}
+	if n := countMarkers(data); n != 0 {
+		t.Errorf("%d markers left", n)
+	}
+}
