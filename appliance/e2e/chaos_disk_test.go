@@ -289,6 +289,7 @@ func TestChaosKillAfterLongCall(t *testing.T) {
 	if d := truth - dur; d < -slack || d > refresh+slack {
 		t.Fatalf("recovered duration %v, true duration %v", dur, truth)
 	}
+	t.Logf("recovered end %v before the kill, duration %v of %v (refresh every %v)", died.Sub(end), dur, truth, refresh)
 	if bill := time.Duration(r["bill_ms"].(float64)) * time.Millisecond; bill < lasted {
 		t.Fatalf("recovered bill %v, the call lasted at least %v after its answer", bill, lasted)
 	}
