@@ -153,20 +153,35 @@ func TestChaosDiskFullDuringCalls(t *testing.T) {
 
 	// Every call has its record exactly once: in the files, the index and
 	// the API.
+	for _, r := range recordsOnce(t, api, data, long+short) {
+		if r["cause"] != "answered" || r["incomplete"] != false {
+			t.Errorf("record %v: cause %v incomplete %v", r["id"], r["cause"], r["incomplete"])
+		}
+	}
+	if n := countMarkers(data); n != 0 {
+		t.Errorf("%d in-flight markers left", n)
+	}
+	if !strings.Contains(p.log.Since(), "call records written after a write failure") {
+		t.Error("no log line says the records were written")
+	}
+}
+
+// recordsOnce checks that tenant demo has want records, each exactly once
+// in the record files, the day indexes and the API's listing, and returns
+// them.
+func recordsOnce(t *testing.T, api apiClient, data string, want int) []map[string]any {
+	t.Helper()
 	recs := callRecords(t, data)
 	ids := map[string]bool{}
 	for _, r := range recs {
-		id := r["id"].(string)
+		id := fmt.Sprint(r["id"])
 		if ids[id] {
 			t.Errorf("record %s twice", id)
 		}
 		ids[id] = true
-		if r["cause"] != "answered" || r["incomplete"] != false {
-			t.Errorf("record %s: cause %v incomplete %v", id, r["cause"], r["incomplete"])
-		}
 	}
-	if len(ids) != long+short {
-		t.Fatalf("%d records, want %d", len(ids), long+short)
+	if len(ids) != want {
+		t.Fatalf("%d records, want %d", len(ids), want)
 	}
 	lines := 0
 	_ = filepath.WalkDir(filepath.Join(data, "demo", "cdr"), func(path string, d os.DirEntry, err error) error {
@@ -182,8 +197,8 @@ func TestChaosDiskFullDuringCalls(t *testing.T) {
 		}
 		return nil
 	})
-	if lines != long+short {
-		t.Errorf("index lines: %d, want %d", lines, long+short)
+	if lines != want {
+		t.Errorf("index lines: %d, want %d", lines, want)
 	}
 	var page struct {
 		Records []map[string]any `json:"records"`
@@ -198,15 +213,10 @@ func TestChaosDiskFullDuringCalls(t *testing.T) {
 			t.Errorf("record %s listed %d times", id, listed[id])
 		}
 	}
-	if len(page.Records) != long+short {
-		t.Errorf("API lists %d records, want %d", len(page.Records), long+short)
+	if len(page.Records) != want {
+		t.Errorf("API lists %d records, want %d", len(page.Records), want)
 	}
-	if n := countMarkers(data); n != 0 {
-		t.Errorf("%d in-flight markers left", n)
-	}
-	if !strings.Contains(p.log.Since(), "call records written after a write failure") {
-		t.Error("no log line says the records were written")
-	}
+	return recs
 }
 
 // TestChaosKillAfterLongCall: a call killed (SIGKILL) after it has lasted a
