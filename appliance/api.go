@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pbx/appliance/buildinfo"
+	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/tenant"
 	"pbx/sipcore/b2bua"
@@ -24,6 +25,7 @@ type apiSources struct {
 	reg     *registrar.Registrar
 	calls   *b2bua.Manager
 	trunks  *trunk.Manager
+	cdr     *cdr.Store // nil without call records
 }
 
 func (s *apiSources) backends() api.Backends {
@@ -38,6 +40,11 @@ func (s *apiSources) backends() api.Backends {
 
 func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
 	snap := api.StatusSnapshot{Version: buildinfo.Version, StartedAt: s.started, Tenants: map[string]api.Counts{}}
+	if s.cdr != nil {
+		if p := s.cdr.Backlog().Problem(); p != "" {
+			snap.Problems = append(snap.Problems, p)
+		}
+	}
 	for _, t := range s.dir.Tenants() {
 		snap.Tenants[string(t.ID)] = api.Counts{}
 	}

@@ -74,9 +74,10 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		opts.Getenv = os.Getenv
 	}
 	a = &Appliance{opts: opts, log: log, cfg: cfg}
+	built := a // an error return sets a to nil
 	defer func() {
 		if err != nil {
-			a.Close()
+			built.Close()
 			a = nil
 		}
 	}()
@@ -93,7 +94,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			return nil, err
 		}
 		if sys.CDR.Enabled {
-			a.cdr, err = cdr.New(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}, log.With("component", "cdr"))
+			a.cdr, err = cdr.New(cdrTestKnobs(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}), log.With("component", "cdr"))
 			if err != nil {
 				return nil, err
 			}
@@ -194,7 +195,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		_ = a.calls.End(id, err.Error())
 	})
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks}
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr}
 	backends := src.backends()
 	backends.Guard = guardSource{a.guard}
 	if a.cdr != nil {

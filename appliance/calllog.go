@@ -1,7 +1,9 @@
 package appliance
 
 import (
+	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -36,16 +38,39 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 	for _, sd := range sidesOf(&ev.Call) {
 		r := *rec
 		r.Tenant, r.Extension = sd.Tenant, sd.Extension
+		// A record that cannot be written (a full disk) is kept and
+		// retried by the store, which logs the backlog once a minute and
+		// reports it in /v1/status; so does a full backlog.
 		if ev.Kind == b2bua.EventAnswered {
-			if err := l.store.Answered(&r); err != nil {
+			if err := l.store.Answered(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
 				l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
 			}
 			continue
 		}
-		if err := l.store.Commit(&r); err != nil {
+		if err := l.store.Commit(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
 			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
 		}
 	}
+}
+
+// Test knobs: the end-to-end tests shorten the marker refresh and the
+// retry backoff of the call record store, which the configuration does not
+// expose (the defaults are what an operator wants). Durations in Go syntax.
+const (
+	envCDRMarkerRefresh = "PBX_TEST_CDR_MARKER_REFRESH"
+	envCDRRetryMax      = "PBX_TEST_CDR_RETRY_MAX"
+)
+
+// cdrTestKnobs applies the test knobs set in the environment to o.
+func cdrTestKnobs(o cdr.Options) cdr.Options {
+	if d, err := time.ParseDuration(os.Getenv(envCDRMarkerRefresh)); err == nil && d > 0 {
+		o.MarkerRefresh = d
+	}
+	if d, err := time.ParseDuration(os.Getenv(envCDRRetryMax)); err == nil && d > 0 {
+		o.RetryMax = d
+		o.RetryMin = min(cdr.DefaultRetryMin, d)
+	}
+	return o
 }
 
 // record is recordOf with the call's routing steps. The last step that has

@@ -12,6 +12,10 @@ type Status struct {
 	Registrations int         `json:"registrations"`
 	Trunks        TrunkCounts `json:"trunks"`
 	Tenants       int         `json:"tenants"`
+	// Degraded is true while something needs an operator (Problems says
+	// what), e.g. call records that cannot be written on a full disk.
+	Degraded bool     `json:"degraded"`
+	Problems []string `json:"problems"`
 }
 
 // TrunkCounts counts trunks by registration state.
@@ -32,6 +36,9 @@ type StatusSnapshot struct {
 	// shown to every caller; shared calls and registrations only to a
 	// caller that sees every tenant.
 	Shared Counts
+	// Problems are process-wide conditions that make the status degraded,
+	// one line each, naming no tenant.
+	Problems []string
 }
 
 // Counts are the activity counters of one tenant (or of no tenant).
