@@ -37,11 +37,17 @@ const (
 	DefaultMediaTimeout    = 60 * time.Second
 )
 
+// DefaultDigestAlgorithms is the default sip.digestAlgorithms: MD5 alone, as
+// Asterisk and Kamailio challenge (some stock clients give up on a second
+// challenge header).
+var DefaultDigestAlgorithms = []string{"md5"}
+
 // DefaultCodecs is the default media.codecs.
 var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
-	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}}}
+	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
+		DigestAlgorithms: append([]string(nil), DefaultDigestAlgorithms...)}
 	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}

@@ -30,6 +30,7 @@ var rules = map[string]string{
 	"sip.tlsCertificate":      "tls/wss listener or srtp dtls without a certificate in sip.tls",
 	"sip.listenerDuplicateId": "two listeners with one id",
 	"sip.listenerClash":       "two listeners binding the same address",
+	"sip.digestAlgorithm":     "digest algorithm not md5 or sha-256, listed twice, or none",
 	"tls.pair":                "certificate missing certFile or keyFile",
 	"tls.minVersion":          "minVersion not 1.2 or 1.3",
 	"tls.reloadEvery":         "reloadEvery not positive",

@@ -91,6 +91,9 @@ type SIP struct {
 	UserAgent    *string    `yaml:"userAgent"`
 	ContactUser  *string    `yaml:"contactUser"`
 	TLS          *TLS       `yaml:"tls"`
+	// DigestAlgorithms are the digest algorithms the 401/407 challenges
+	// offer, one header each, in this order: md5, sha-256.
+	DigestAlgorithms []string `yaml:"digestAlgorithms"`
 }
 
 // Listener is one entry of sip.transports: a bare protocol name or a mapping.
