@@ -182,6 +182,9 @@ type pbxConfig struct {
 	RTPMax   int     // zero: RTPMin+799
 	APIRate  float64 // api.rateLimit requests per minute and burst; zero: the defaults
 	LogLevel string  // zero: debug
+	// SIP is further keys of the System's sip block, indented under it
+	// ("    digestAlgorithms: [md5]\n").
+	SIP string
 	// Security is the System's security block as YAML indented under spec
 	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).
 	Security string
@@ -198,13 +201,13 @@ spec:
     bindHost: 127.0.0.1
     bindPort: %d
     transports: [udp, tcp]
-  media:
+%s  media:
     rtpPortMin: %d
     rtpPortMax: %d
   dataDir: %s
   cdr:
     enabled: %t
-`, c.SIPPort, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
+`, c.SIPPort, c.SIP, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
 	if c.APIPort != 0 {
 		fmt.Fprintf(&b, `  api:
     enabled: true

@@ -384,13 +384,18 @@ dial_escape_plus=0
 	t.Cleanup(func() {
 		pw.Close()
 		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(dir, "linphone.log"))
-			t.Logf("linphonec %s SIP log (last lines):\n%s", user, tail(sipLines(string(b)), 80))
+			t.Logf("linphonec %s SIP log (last lines):\n%s", user, tail(sipLines(l.log()), 80))
 		}
 	})
 	l.command(t, "soundcard use files")
 	l.command(t, "play "+tone)
 	return l
+}
+
+// log is linphonec's debug log (SIP messages included).
+func (l *linphonec) log() string {
+	b, _ := os.ReadFile(filepath.Join(l.dir, "linphone.log"))
+	return string(b)
 }
 
 // sipLines keeps the SIP messages and call states of a linphone log.

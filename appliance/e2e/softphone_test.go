@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -255,4 +256,29 @@ func startOf(r map[string]any) time.Time {
 	s, _ := r["start"].(string)
 	at, _ := time.Parse(time.RFC3339Nano, s)
 	return at
+}
+
+// TestSoftphoneSHA256Digest: with sip.digestAlgorithms [sha-256, md5] the
+// challenge leads with SHA-256, and linphonec registers answering it.
+// (Debian 12's baresip 1.0 gives up on any SHA-256 challenge, which is why
+// the default offers MD5 alone.)
+func TestSoftphoneSHA256Digest(t *testing.T) {
+	ports := newSoftphonePorts(t)
+	p := startPBX(t, pbxConfig{RTPMin: ports.rtpMin, RTPMax: ports.rtpMax, LogLevel: "info", SIP: "    digestAlgorithms: [sha-256, md5]\n"})
+	tone := filepath.Join(t.TempDir(), "bob.wav")
+	writeToneWAV(t, tone, linphonecTone, 1)
+	bob := startLinphonec(t, p, ports, "bob", tone)
+	bob.waitRegistered(t)
+	log := bob.log()
+	if !strings.Contains(log, "WWW-Authenticate: Digest realm=\"127.0.0.1\"") {
+		t.Fatalf("no challenge in linphonec's log")
+	}
+	first := log[strings.Index(log, "WWW-Authenticate:"):]
+	first = first[:strings.IndexByte(first, '\n')]
+	if !strings.Contains(first, "algorithm=SHA-256") {
+		t.Errorf("first challenge %q, want SHA-256", first)
+	}
+	if !regexp.MustCompile(`(?m)^Authorization: .*algorithm=SHA-256`).MatchString(log) {
+		t.Errorf("linphonec did not answer with SHA-256")
+	}
 }
