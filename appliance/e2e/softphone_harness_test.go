@@ -164,6 +164,7 @@ func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone 
 	if err := os.MkdirAll(b.recDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	modules := baresipModules(t)
 	sipPort, ctrlPort, rtp := sipPortPair(t), freePort(t), ports.rtp(20)
 	config := fmt.Sprintf(`poll_method	epoll
 sip_listen	127.0.0.1:%d
@@ -173,7 +174,7 @@ audio_alert	aubridge,nil
 audio_source	aufile,%s
 rtp_ports	%d-%d
 rtp_timeout	0
-module_path	/usr/lib/baresip/modules
+module_path	%s
 module	g711.so
 module	aubridge.so
 module	aufile.so
@@ -183,7 +184,7 @@ module_app	menu.so
 module_app	ctrl_tcp.so
 ctrl_tcp_listen	127.0.0.1:%d
 snd_path	%s
-`, sipPort, tone, rtp, rtp+19, ctrlPort, b.recDir)
+`, sipPort, tone, rtp, rtp+19, modules, ctrlPort, b.recDir)
 	accounts := fmt.Sprintf("<sip:%s@127.0.0.1;transport=udp>;auth_pass=%s-secret;outbound=\"sip:127.0.0.1:%d;transport=udp\";regint=300;answermode=manual;audio_codecs=pcma,pcmu\n",
 		user, user, pbx.sipPort)
 	for name, body := range map[string]string{"config": config, "accounts": accounts, "contacts": ""} {
@@ -207,6 +208,21 @@ snd_path	%s
 	t.Cleanup(func() { b.conn.Close() })
 	go b.read()
 	return b
+}
+
+// baresipModules finds the directory of baresip's modules (Debian's, or a
+// multiarch or local build's).
+func baresipModules(t testing.TB) string {
+	t.Helper()
+	dirs := []string{"/usr/lib/baresip/modules", "/usr/local/lib/baresip/modules"}
+	multiarch, _ := filepath.Glob("/usr/lib/*/baresip/modules")
+	for _, d := range append(dirs, multiarch...) {
+		if _, err := os.Stat(filepath.Join(d, "ctrl_tcp.so")); err == nil {
+			return d
+		}
+	}
+	t.Fatalf("baresip's modules (ctrl_tcp.so) not found in %v: run `make test-deps` (apt-get install baresip)", append(dirs, multiarch...))
+	return ""
 }
 
 // read parses ctrl_tcp's netstrings: responses (matched by token) and events.

@@ -131,11 +131,9 @@ func softphonesHoldResume(t *testing.T, e *softphoneEnv) {
 	before := e.alice.rtpReceived(t)
 	w, _ := readWAV(heard)
 	at := w.seconds()
-	var got int
 	waitFor(t, "media both ways after the resume", stepTimeout, func() bool {
 		w, _ := readWAV(heard)
-		got = e.alice.rtpReceived(t)
-		return got >= before+50 && w.seconds() >= at+1.5
+		return e.alice.rtpReceived(t) >= before+50 && w.seconds() >= at+1.5
 	})
 	e.alice.command(t, "hangup", "")
 	e.alice.waitEvent(t, "CALL_CLOSED")
