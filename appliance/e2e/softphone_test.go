@@ -261,6 +261,7 @@ func startOf(r map[string]any) time.Time {
 // (Debian 12's baresip 1.0 gives up on any SHA-256 challenge, which is why
 // the default offers MD5 alone.)
 func TestSoftphoneSHA256Digest(t *testing.T) {
+	requireSoftphone(t, "linphonec", "linphone-cli")
 	ports := newSoftphonePorts(t)
 	p := startPBX(t, pbxConfig{RTPMin: ports.rtpMin, RTPMax: ports.rtpMax, LogLevel: "info", SIP: "    digestAlgorithms: [sha-256, md5]\n"})
 	tone := filepath.Join(t.TempDir(), "bob.wav")
