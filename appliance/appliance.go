@@ -142,7 +142,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, fmt.Errorf("sip: %w", err)
 	}
 
-	auth, err := registrar.NewAuth(registrar.AuthOptions{}, sipDirectory{a.dir})
+	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: sys.SIP.DigestAlgorithms}, sipDirectory{a.dir})
 	if err != nil {
 		return nil, err
 	}

@@ -42,12 +42,18 @@ const (
 	DefaultTCPMaxPerSource   = 64 // an office of phones behind one NAT address
 )
 
+// DefaultDigestAlgorithms is the default sip.digestAlgorithms: MD5 alone, as
+// Asterisk and Kamailio challenge (some stock clients give up on a second
+// challenge header).
+var DefaultDigestAlgorithms = []string{"md5"}
+
 // DefaultCodecs is the default media.codecs.
 var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
 	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
-		TCP: SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource}}
+		TCP: SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource},
+		DigestAlgorithms: append([]string(nil), DefaultDigestAlgorithms...)}
 	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}

@@ -31,6 +31,7 @@ var rules = map[string]string{
 	"sip.listenerDuplicateId": "two listeners with one id",
 	"sip.listenerClash":       "two listeners binding the same address",
 	"sip.tcp":                 "sip.tcp value not positive, or maxPerSource above maxConnections",
+	"sip.digestAlgorithm":     "digest algorithm not md5 or sha-256, listed twice, or none",
 	"tls.pair":                "certificate missing certFile or keyFile",
 	"tls.minVersion":          "minVersion not 1.2 or 1.3",
 	"tls.reloadEvery":         "reloadEvery not positive",

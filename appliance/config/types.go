@@ -91,7 +91,10 @@ type SIP struct {
 	UserAgent    *string    `yaml:"userAgent"`
 	ContactUser  *string    `yaml:"contactUser"`
 	TLS          *TLS       `yaml:"tls"`
-	TCP          SIPTCP     `yaml:"tcp"`
+	// DigestAlgorithms are the digest algorithms the 401/407 challenges
+	// offer, one header each, in this order: md5, sha-256.
+	DigestAlgorithms []string `yaml:"digestAlgorithms"`
+	TCP              SIPTCP   `yaml:"tcp"`
 }
 
 // SIPTCP is sip.tcp: the bounds of SIP over TCP connections.

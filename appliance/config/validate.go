@@ -321,6 +321,7 @@ func (v *validator) system() {
 		socks = append(socks, sock{proto, l.BindHost, l.BindPort, p})
 	}
 	v.sipTCP(m, &s.SIP.TCP)
+	v.digestAlgorithms(m)
 	if s.SIP.TLS != nil {
 		v.tls(m, "sip.tls", s.SIP.TLS)
 		v.warnf(m, "sip.tls", "inert.sipTLS", "sip.tls is accepted but not applied to SIP (only api.tls is used)")

@@ -182,8 +182,8 @@ type pbxConfig struct {
 	RTPMax   int     // zero: RTPMin+799
 	APIRate  float64 // api.rateLimit requests per minute and burst; zero: the defaults
 	LogLevel string  // zero: debug
-	// SIP is further keys of the sip block, indented under sip
-	// ("    tcp:\n      maxPerSource: 4\n"); empty: none.
+	// SIP is further keys of the System's sip block, indented under it
+	// ("    digestAlgorithms: [md5]\n", "    tcp:\n      maxPerSource: 4\n"); empty: none.
 	SIP string
 	// Security is the System's security block as YAML indented under spec
 	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).

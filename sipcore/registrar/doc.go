@@ -1,9 +1,11 @@
 // Package registrar answers REGISTER with digest authentication and keeps the
 // location bindings (who is reachable where).
 //
-// Authentication is shared with INVITE: Auth challenges with MD5 and qop=auth
-// first and SHA-256 in a second header after it (many desk phones take the
-// first challenge and speak only MD5), verifies the digest uri against the
+// Authentication is shared with INVITE: Auth challenges with qop=auth, one
+// header per algorithm of AuthOptions.Algorithms in that order (MD5 alone by
+// default, as Asterisk and Kamailio do: Debian 12's baresip gives up on a
+// second header, many desk phones speak only MD5), accepts a response only
+// for an algorithm it offered (RFC 8760), verifies the digest uri against the
 // Request-URI, compares in constant time and refuses a replayed nc. An
 // unknown user, an unknown domain and a wrong password are answered with
 // byte-identical messages (modulo the nonce and tags) after the same amount

@@ -314,3 +314,36 @@ func FuzzBindingTarget(f *testing.F) {
 		}
 	})
 }
+
+// TestProxyChallengeOrder: INVITEs are challenged (407) by the same Auth,
+// one Proxy-Authenticate per configured algorithm, in the configured order.
+func TestProxyChallengeOrder(t *testing.T) {
+	for _, tc := range []struct {
+		algs []string
+		want []string
+	}{
+		{nil, []string{AlgMD5}},
+		{[]string{"sha-256", "md5"}, []string{AlgSHA256, AlgMD5}},
+		{[]string{"md5", "sha-256"}, []string{AlgMD5, AlgSHA256}},
+	} {
+		a, err := NewAuth(AuthOptions{Algorithms: tc.algs}, staticDir{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := sip.NewRequest(sip.INVITE, sip.Uri{Scheme: "sip", User: "101", Host: "acme.example"})
+		req.AppendHeader(&sip.CSeqHeader{SeqNo: 1, MethodName: sip.INVITE})
+		res := a.Response(req, Result{Outcome: Challenged}, true, "acme.example")
+		if res.StatusCode != sip.StatusProxyAuthRequired || len(res.GetHeaders("WWW-Authenticate")) != 0 {
+			t.Fatalf("%v: %d with WWW-Authenticate %v", tc.algs, res.StatusCode, res.GetHeaders("WWW-Authenticate"))
+		}
+		hs := res.GetHeaders("Proxy-Authenticate")
+		if len(hs) != len(tc.want) {
+			t.Fatalf("%v: %d challenges, want %d", tc.algs, len(hs), len(tc.want))
+		}
+		for i, alg := range tc.want {
+			if v := hs[i].Value(); !strings.Contains(v, "algorithm="+alg+",") {
+				t.Errorf("%v: challenge %d is %q, want %s", tc.algs, i, v, alg)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package registrar_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -41,6 +42,12 @@ func newDir() *siptest.Directory {
 
 func newEnv(t testing.TB, mod func(*registrar.Options)) *env {
 	t.Helper()
+	return newEnvAlgs(t, nil, mod)
+}
+
+// newEnvAlgs is newEnv with the digest algorithms offered (nil: default).
+func newEnvAlgs(t testing.TB, algs []string, mod func(*registrar.Options)) *env {
+	t.Helper()
 	dir := newDir()
 	srv, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{
 		{ID: "udp", Transport: "udp", BindHost: "127.0.0.1"},
@@ -49,7 +56,7 @@ func newEnv(t testing.TB, mod func(*registrar.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := registrar.NewAuth(registrar.AuthOptions{}, dir)
+	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: algs}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,37 +157,106 @@ func TestRegisterWithDigest(t *testing.T) {
 }
 
 func TestChallengeShape(t *testing.T) {
-	e := newEnv(t, nil)
-	p := e.phone(t, "udp", "alice", "alice-secret")
-	res, err := p.Send(ctxT(t), p.RegisterRequest(600))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		algs []string
+		want []string // algorithm of each WWW-Authenticate, in order
+	}{
+		{nil, []string{"MD5"}},
+		{[]string{"md5"}, []string{"MD5"}},
+		{[]string{"sha-256"}, []string{"SHA-256"}},
+		{[]string{"md5", "sha-256"}, []string{"MD5", "SHA-256"}},
+		{[]string{"sha-256", "md5"}, []string{"SHA-256", "MD5"}},
+	} {
+		t.Run(strings.Join(tc.algs, ","), func(t *testing.T) {
+			e := newEnvAlgs(t, tc.algs, nil)
+			p := e.phone(t, "udp", "alice", "alice-secret")
+			res, err := p.Send(ctxT(t), p.RegisterRequest(600))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != 401 {
+				t.Fatalf("status %d, want 401", res.StatusCode)
+			}
+			hs := res.GetHeaders("WWW-Authenticate")
+			if len(hs) != len(tc.want) {
+				t.Fatalf("%d challenges, want %d: %v", len(hs), len(tc.want), hs)
+			}
+			for i, alg := range tc.want {
+				v := hs[i].Value()
+				if !strings.Contains(v, "algorithm="+alg+",") || !strings.Contains(v, `qop="auth"`) || !strings.Contains(v, `realm="acme.example"`) {
+					t.Fatalf("challenge %d is %q, want algorithm %s", i, v, alg)
+				}
+			}
+		})
 	}
-	if res.StatusCode != 401 {
-		t.Fatalf("status %d, want 401", res.StatusCode)
+}
+
+func TestNewAuthRefusesBadAlgorithms(t *testing.T) {
+	for _, algs := range [][]string{{"sha-512"}, {"md5", "MD5"}, {""}} {
+		if _, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: algs}, newDir()); !errors.Is(err, registrar.ErrInvalidOptions) {
+			t.Errorf("algorithms %q: err %v, want ErrInvalidOptions", algs, err)
+		}
 	}
-	hs := res.GetHeaders("WWW-Authenticate")
-	if len(hs) != 2 {
-		t.Fatalf("%d challenges, want 2", len(hs))
-	}
-	if v := hs[0].Value(); !strings.Contains(v, "algorithm=MD5") || !strings.Contains(v, `qop="auth"`) || !strings.Contains(v, `realm="acme.example"`) {
-		t.Fatalf("first challenge %q", v)
-	}
-	if v := hs[1].Value(); !strings.Contains(v, "algorithm=SHA-256") {
-		t.Fatalf("second challenge %q", v)
+}
+
+// TestOnlyOfferedAlgorithmsAccepted: a response for an algorithm the
+// challenge offered passes, one for an algorithm it did not is refused.
+func TestOnlyOfferedAlgorithmsAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		algs             []string
+		accept, rejected []string
+	}{
+		{nil, []string{registrar.AlgMD5}, []string{registrar.AlgSHA256}},
+		{[]string{"sha-256"}, []string{registrar.AlgSHA256}, []string{registrar.AlgMD5}},
+		{[]string{"sha-256", "md5"}, []string{registrar.AlgSHA256, registrar.AlgMD5}, nil},
+	} {
+		t.Run(strings.Join(tc.algs, ","), func(t *testing.T) {
+			e := newEnvAlgs(t, tc.algs, nil)
+			p := e.phone(t, "udp", "alice", "alice-secret")
+			try := func(alg string) int {
+				chal, err := p.Send(ctxT(t), p.RegisterRequest(600))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := p.RegisterRequest(600)
+				r.AppendHeader(sip.NewHeader("Authorization", authorize(t, chal, r, alg, "alice", "alice-secret", 1)))
+				res, err := p.Send(ctxT(t), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.StatusCode
+			}
+			for _, alg := range tc.accept {
+				if s := try(alg); s != 200 {
+					t.Errorf("offered %s: %d, want 200", alg, s)
+				}
+			}
+			for _, alg := range tc.rejected {
+				if s := try(alg); s != 403 {
+					t.Errorf("not offered %s: %d, want 403", alg, s)
+				}
+			}
+		})
 	}
 }
 
 var nonceRe = regexp.MustCompile(`nonce="([^"]+)"`)
 
-// authorize builds an Authorization value for the first challenge of res.
+// authorize builds an Authorization value with alg for the challenge of res
+// that offers alg, or (to try one not offered) its first challenge.
 func authorize(t *testing.T, res *sip.Response, req *sip.Request, alg, user, pass string, nc uint32) string {
 	t.Helper()
-	idx := 0
-	if alg == registrar.AlgSHA256 {
-		idx = 1
+	hs := res.GetHeaders("WWW-Authenticate")
+	if len(hs) == 0 {
+		t.Fatalf("no challenge in %s", res)
 	}
-	m := nonceRe.FindStringSubmatch(res.GetHeaders("WWW-Authenticate")[idx].Value())
+	chal := hs[0].Value()
+	for _, h := range hs {
+		if strings.Contains(h.Value(), "algorithm="+alg+",") {
+			chal = h.Value()
+		}
+	}
+	m := nonceRe.FindStringSubmatch(chal)
 	if m == nil {
 		t.Fatalf("no nonce in %s", res)
 	}
@@ -277,7 +353,7 @@ func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
 }
 
 func TestSHA256AndReplay(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnvAlgs(t, []string{"md5", "sha-256"}, nil)
 	p := e.phone(t, "udp", "alice", "alice-secret")
 	ctx := ctxT(t)
 	req := p.RegisterRequest(600)
