@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 )
 
@@ -73,4 +74,12 @@ func BenchmarkAdmitRateLimited(b *testing.B) {
 	for b.Loop() {
 		g.Admit(src, "udp", sipPacket)
 	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
