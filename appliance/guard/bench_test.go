@@ -83,3 +83,24 @@ func heapInUse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// BenchmarkAdmitFullTracker is the cost of a flood of new sources into a
+// full tracker of blameless sources: each packet evicts the least recently
+// seen source of its shard and takes its place.
+func BenchmarkAdmitFullTracker(b *testing.B) {
+	sec := security()
+	sec.MaxTracked = 1000
+	g, err := New(Options{Security: sec}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Admit(addr4(i), "udp", keepAlive)
+		i++
+	}
+	if c := g.Counters(); c.Untracked != 0 || c.Tracked != sec.MaxTracked {
+		b.Fatalf("counters %+v", c)
+	}
+}

@@ -66,71 +66,78 @@ func (g *Guard) blameless(s *source, now time.Duration) bool {
 
 // track starts remembering a with a full bucket. When the tracker is full
 // it first evicts the least recently seen blameless source of a's shard,
-// then of any other shard; when every tracked source carries a failure or
-// a ban it returns nil (fail open). sh is a's shard, locked; it stays
-// locked on return, though it may have been unlocked meanwhile.
+// then of any other shard, and reuses its memory; when every tracked
+// source it looks at carries a failure or a ban it returns nil (fail
+// open). sh is a's shard, locked; it stays locked on return, though it may
+// have been unlocked meanwhile.
 func (g *Guard) track(sh *shard, a netip.Addr, now time.Duration) *source {
+	var s *source
 	if g.tracked.Add(1) > g.maxTracked {
 		g.tracked.Add(-1)
-		if !g.evictFrom(sh, now) {
+		if s = g.evictFrom(sh, now); s == nil {
 			sh.mu.Unlock()
-			ok := g.evictElsewhere(sh, now)
+			s = g.evictElsewhere(sh, now)
 			sh.mu.Lock()
-			if s := sh.m[a]; s != nil {
+			if t := sh.m[a]; t != nil {
 				// Tracked by another goroutine meanwhile.
-				sh.list.touch(s)
-				return s
+				sh.list.touch(t)
+				return t
 			}
-			if !ok {
+			if s == nil {
 				return nil
 			}
 		}
 		g.tracked.Add(1)
 	}
-	s := &source{addr: a, tokens: g.burst, seen: now}
+	if s == nil {
+		s = &source{}
+	}
+	*s = source{addr: a, tokens: g.burst, seen: now, failures: s.failures[:0]}
 	sh.m[a] = s
 	sh.list.pushFront(s)
 	return s
 }
 
 // evictFrom forgets the least recently seen blameless source among the
-// evictScan oldest of sh, which must be locked. A source it passes over
-// (one with failures or a ban) moves to the front, so the next eviction
-// looks at others: the order is an approximate LRU.
-func (g *Guard) evictFrom(sh *shard, now time.Duration) bool {
+// evictScan oldest of sh, which must be locked, and returns it for reuse
+// (nil when it found none). A source it passes over (one with failures or
+// a ban) moves to the front, so the next eviction looks at others: the
+// order is an approximate LRU. Nothing else refers to the source returned:
+// sources are only used under their shard's lock.
+func (g *Guard) evictFrom(sh *shard, now time.Duration) *source {
 	for range evictScan {
 		s := sh.list.tail
 		if s == nil {
-			return false
+			return nil
 		}
 		if g.blameless(s, now) {
 			sh.list.remove(s)
 			delete(sh.m, s.addr)
 			g.tracked.Add(-1)
 			g.evicted.Add(1)
-			return true
+			return s
 		}
 		sh.list.touch(s)
 	}
-	return false
+	return nil
 }
 
 // evictElsewhere evicts from the shards other than skip, one locked at a
 // time; the caller holds no shard lock.
-func (g *Guard) evictElsewhere(skip *shard, now time.Duration) bool {
+func (g *Guard) evictElsewhere(skip *shard, now time.Duration) *source {
 	for i := range g.shard {
 		sh := &g.shard[i]
 		if sh == skip {
 			continue
 		}
 		sh.mu.Lock()
-		ok := g.evictFrom(sh, now)
+		s := g.evictFrom(sh, now)
 		sh.mu.Unlock()
-		if ok {
-			return true
+		if s != nil {
+			return s
 		}
 	}
-	return false
+	return nil
 }
 
 // failOpen counts an admission or failure the full tracker could not
