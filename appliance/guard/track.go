@@ -70,24 +70,29 @@ func (g *Guard) blameless(s *source, now time.Duration) bool {
 // source it looks at carries a failure or a ban it returns nil (fail
 // open). sh is a's shard, locked; it stays locked on return, though it may
 // have been unlocked meanwhile.
+//
+// The tracked count includes places reserved and not yet filled, so it
+// never falls below the sources in the shards and no two goroutines can
+// fill one freed place.
 func (g *Guard) track(sh *shard, a netip.Addr, now time.Duration) *source {
 	var s *source
 	if g.tracked.Add(1) > g.maxTracked {
-		g.tracked.Add(-1)
+		// Over by this reservation: an eviction gives a place back.
 		if s = g.evictFrom(sh, now); s == nil {
 			sh.mu.Unlock()
 			s = g.evictElsewhere(sh, now)
 			sh.mu.Lock()
 			if t := sh.m[a]; t != nil {
 				// Tracked by another goroutine meanwhile.
+				g.tracked.Add(-1)
 				sh.list.touch(t)
 				return t
 			}
-			if s == nil {
-				return nil
-			}
 		}
-		g.tracked.Add(1)
+		if s == nil {
+			g.tracked.Add(-1)
+			return nil
+		}
 	}
 	if s == nil {
 		s = &source{}

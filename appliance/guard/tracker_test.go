@@ -214,3 +214,45 @@ func BenchmarkTrackedSourceMemory(b *testing.B) {
 	}
 	b.ReportMetric(perSource, "bytes/source")
 }
+
+// TestConcurrentFloodKeepsTrackerBounded: readers of several sockets
+// flooding new sources into a small tracker (most shards empty, so
+// evictions cross shards) while a brute-forcer fails: the count stays
+// exact, nothing fails open and the brute-forcer is banned.
+func TestConcurrentFloodKeepsTrackerBounded(t *testing.T) {
+	sec := security()
+	sec.MaxTracked, sec.AuthFailures = 8, 5
+	g, _ := newGuard(t, sec)
+	attacker := ap("203.0.113.90:5060")
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 5000 {
+				g.Admit(addr4(w<<16|i), "udp", keepAlive)
+			}
+		})
+	}
+	wg.Go(func() { fail(g, attacker, 5) })
+	wg.Wait()
+	if g.Admit(attacker, "udp", sipPacket) {
+		t.Fatal("brute-forcer admitted")
+	}
+	n := 0
+	for i := range g.shard {
+		sh := &g.shard[i]
+		sh.mu.Lock()
+		k := 0
+		for s := sh.list.head; s != nil; s = s.next {
+			k++
+		}
+		if k != len(sh.m) {
+			t.Errorf("shard %d: list of %d, map of %d", i, k, len(sh.m))
+		}
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	c := g.Counters()
+	if n != c.Tracked || c.Tracked > sec.MaxTracked || c.Untracked != 0 || c.BansActive != 1 {
+		t.Fatalf("counters %+v with %d tracked in the shards", c, n)
+	}
+}
