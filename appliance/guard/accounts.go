@@ -235,15 +235,3 @@ func (g *Guard) accountCounters(c *Counters, now time.Duration) {
 	}
 	g.accounts.mu.Unlock()
 }
-
-// flushLogs writes the rate-limited log lines still owed.
-func (g *Guard) flushLogs() {
-	now := g.clock()
-	g.failOpenLog.flush(now, g.logFailOpen)
-	g.accounts.lockLog.flush(now, func(n uint64) {
-		g.log.Warn("accounts locked against password guessing", "locks", n)
-	})
-	g.accounts.refuseLog.flush(now, func(n uint64) {
-		g.log.Warn("valid credentials refused: accounts locked against password guessing", "refused", n)
-	})
-}

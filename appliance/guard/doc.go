@@ -55,9 +55,10 @@
 // Only when every tracked source it looks at carries a failure or a ban
 // does the guard fail open: the source is admitted (and its failure
 // ignored) without tracking. Evictions and fail-open events are counted
-// (Counters.Evicted, Counters.Untracked), and fail open is logged at
-// warning level once a minute at most, with the count of events since the
-// last line. The janitor (Run) forgets sources whose state has become the
+// (Counters.Evicted, Counters.Untracked), and both are logged at warning
+// level once a minute at most, with the count of events since the last
+// line (evictions by the janitor, so no log line is written under a
+// shard's lock). The janitor (Run) forgets sources whose state has become the
 // same as a new source's: blameless, and a token bucket that has refilled.
 //
 // # Accounts

@@ -63,6 +63,7 @@ type Guard struct {
 	shard       [shards]shard
 	tracked     atomic.Int64
 	failOpenLog rateLog
+	evictLog    rateLog
 
 	accounts accounts
 

@@ -120,6 +120,7 @@ func (g *Guard) evictFrom(sh *shard, now time.Duration) *source {
 			delete(sh.m, s.addr)
 			g.tracked.Add(-1)
 			g.evicted.Add(1)
+			g.evictLog.pending.Add(1) // reported by the janitor, off the shard lock
 			return s
 		}
 		sh.list.touch(s)
@@ -155,6 +156,22 @@ func (g *Guard) failOpen() {
 func (g *Guard) logFailOpen(n uint64) {
 	g.log.Warn("security tracker full of sources with failures or bans: admitting without tracking",
 		"untracked", n, "max_tracked", g.maxTracked)
+}
+
+// flushLogs writes the rate-limited log lines still owed.
+func (g *Guard) flushLogs() {
+	now := g.clock()
+	g.failOpenLog.flush(now, g.logFailOpen)
+	g.evictLog.flush(now, func(n uint64) {
+		g.log.Warn("security tracker full: least recently seen sources without failures or bans evicted",
+			"evicted", n, "max_tracked", g.maxTracked)
+	})
+	g.accounts.lockLog.flush(now, func(n uint64) {
+		g.log.Warn("accounts locked against password guessing", "locks", n)
+	})
+	g.accounts.refuseLog.flush(now, func(n uint64) {
+		g.log.Warn("valid credentials refused: accounts locked against password guessing", "refused", n)
+	})
 }
 
 // rateLog reports a recurring event at most once per failOpenLogEvery,

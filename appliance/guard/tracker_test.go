@@ -96,7 +96,7 @@ func TestFullTrackerEvictsLeastRecentlySeen(t *testing.T) {
 func TestKeepAliveFloodCannotBlindTheGuard(t *testing.T) {
 	sec := security()
 	sec.MaxTracked, sec.AuthFailures = 1000, 5
-	g, clk := newGuard(t, sec)
+	g, clk, log := newLoggedGuard(t, Options{Security: sec})
 	for round := range 3 {
 		for i := range 2 * sec.MaxTracked {
 			if !g.Admit(addr4(i), "udp", keepAlive) {
@@ -125,6 +125,10 @@ func TestKeepAliveFloodCannotBlindTheGuard(t *testing.T) {
 	c := g.Counters()
 	if c.Tracked != sec.MaxTracked || c.Untracked != 0 || c.Evicted < uint64(5*sec.MaxTracked) || c.BansActive != 1 {
 		t.Fatalf("counters %+v: want a full tracker, no fail open, every new source evicting an idle one, one ban", c)
+	}
+	g.flushLogs()
+	if n := strings.Count(log.String(), "evicted="); n != 1 || strings.Contains(log.String(), "without tracking") {
+		t.Fatalf("want one eviction line and no fail open:\n%s", log)
 	}
 }
 
