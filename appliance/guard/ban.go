@@ -51,6 +51,8 @@ func (g *Guard) RecordAuthFailure(src netip.AddrPort) (Ban, bool) {
 			g.failOpen()
 			return Ban{}, false
 		}
+	} else {
+		sh.list.touch(s)
 	}
 	defer sh.mu.Unlock()
 	if s.until > now {
