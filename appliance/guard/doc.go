@@ -58,8 +58,9 @@
 // (Counters.Evicted, Counters.Untracked), and both are logged at warning
 // level once a minute at most, with the count of events since the last
 // line (evictions by the janitor, so no log line is written under a
-// shard's lock). The janitor (Run) forgets sources whose state has become the
-// same as a new source's: blameless, and a token bucket that has refilled.
+// shard's lock). The janitor (Run) forgets sources whose state has become
+// the same as a new source's: blameless, and a token bucket that has
+// refilled.
 //
 // # Accounts
 //
@@ -82,7 +83,8 @@
 // # Disabled
 //
 // With security.enabled false, Admit admits everything and nothing is
-// banned, but packets and authentication failures are still counted.
+// banned or locked, but packets and authentication failures are still
+// counted.
 //
 // # Call limits
 //
@@ -95,7 +97,12 @@
 //
 // Caveats: every SIP packet of a source counts toward its rate, responses
 // included, so a carrier sending more than packetRate packets per second
-// belongs in security.allow. Addresses are tracked one by one, IPv6 included, so an attacker
-// rotating through an IPv6 /64 is rate limited per address. security.acl
-// and requireSrtp are never read.
+// belongs in security.allow. Addresses are tracked one by one, IPv6
+// included, so an attacker rotating through an IPv6 /64 is rate limited
+// per address, and one failing authentication from more than maxTracked
+// real addresses fills the tracker with sources that cannot be evicted
+// and makes it fail open (logged); the account lock still stops it
+// guessing a password. A phone whose address changed during an account
+// lock is refused until the lock ends. security.acl and requireSrtp are
+// never read.
 package guard
