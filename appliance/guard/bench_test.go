@@ -104,3 +104,27 @@ func BenchmarkAdmitFullTracker(b *testing.B) {
 		b.Fatalf("counters %+v", c)
 	}
 }
+
+// BenchmarkOnAuthSuccess is what the account lock adds to every
+// successful REGISTER or INVITE: 2,000 phones re-authenticating from
+// their own addresses.
+func BenchmarkOnAuthSuccess(b *testing.B) {
+	g, err := New(Options{Security: security()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	users := make([]string, 2000)
+	for i := range users {
+		users[i] = fmt.Sprint("user", i)
+		g.OnAuthSuccess(addr4(i), "acme.example", users[i])
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		k := i % len(users)
+		if !g.OnAuthSuccess(addr4(k), "acme.example", users[k]) {
+			b.Fatal("refused")
+		}
+		i++
+	}
+}
