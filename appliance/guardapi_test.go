@@ -60,6 +60,7 @@ func TestGuardSourceServesEvictionAndAccountCounters(t *testing.T) {
 	g, err := guard.New(guard.Options{Security: config.Security{
 		Enabled: true, PacketRate: 1, PacketBurst: 1, AuthFailures: 5, MaxTracked: 1,
 		AuthWindow: config.Duration(time.Minute), BanDuration: config.Duration(time.Minute), BanMax: config.Duration(time.Hour),
+		AccountFailures: 10, AccountWindow: config.Duration(time.Minute), AccountLock: config.Duration(time.Minute),
 	}}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -5,20 +5,14 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"pbx/appliance/config"
 )
 
-// Defaults of AccountOptions, chosen as fail2ban's asterisk jail and
-// Asterisk users would: 10 failures within 10 minutes lock the account for
-// 10 minutes after the last of them.
-const (
-	DefaultAccountFailures = 10
-	DefaultAccountWindow   = 10 * time.Minute
-	DefaultAccountLock     = 10 * time.Minute
-	// DefaultAccountTrust is how long a source stays trusted for an
-	// account after it authenticated successfully: a day, longer than any
-	// phone's registration interval.
-	DefaultAccountTrust = 24 * time.Hour
-)
+// DefaultAccountTrust is how long a source stays trusted for an account
+// after it authenticated successfully: a day, longer than any phone's
+// registration interval.
+const DefaultAccountTrust = 24 * time.Hour
 
 const (
 	// maxAccounts bounds the account table; only existing accounts are
@@ -29,20 +23,25 @@ const (
 	maxTrustedPerAccount = 8
 )
 
-// AccountOptions tunes the account lock. Zero fields take the defaults.
+// AccountOptions completes security.accountFailures, accountWindow and
+// accountLock for the account lock.
 type AccountOptions struct {
-	// Failures within Window lock the account; negative never locks.
-	Failures int
-	Window   time.Duration
-	// Lock is how long the account stays locked after its last failure.
-	Lock time.Duration
 	// Trust is how long a successful authentication keeps its source
 	// trusted for the account.
 	Trust time.Duration
+	// trusted for the account; 0 means DefaultAccountTrust.
 	// Tenant names the tenant of an account; ok false for an account that
 	// does not exist, whose failures are not counted against any account.
 	// nil keys accounts by the SIP domain itself.
 	Tenant func(domain, username string) (tenant string, ok bool)
+}
+
+// accountLimits is the account lock's configuration.
+type accountLimits struct {
+	failures     int // 0: never lock
+	window, lock time.Duration
+	trust        time.Duration
+	tenant       func(domain, username string) (string, bool)
 }
 
 // account is what the guard remembers of one account. Times are offsets
@@ -60,7 +59,7 @@ type trustedSource struct {
 
 // accounts is the account table.
 type accounts struct {
-	opts AccountOptions
+	opts accountLimits
 
 	mu sync.Mutex
 	m  map[accountKey]*account
@@ -68,28 +67,21 @@ type accounts struct {
 	lockLog, refuseLog rateLog
 }
 
-func (t *accounts) init(o AccountOptions) {
-	if o.Failures == 0 {
-		o.Failures = DefaultAccountFailures
+func (t *accounts) init(sec config.Security, o AccountOptions) {
+	t.opts = accountLimits{failures: sec.AccountFailures, window: sec.AccountWindow.D(), lock: sec.AccountLock.D(),
+		trust: o.Trust, tenant: o.Tenant}
+	if t.opts.trust <= 0 {
+		t.opts.trust = DefaultAccountTrust
 	}
-	if o.Window <= 0 {
-		o.Window = DefaultAccountWindow
-	}
-	if o.Lock <= 0 {
-		o.Lock = DefaultAccountLock
-	}
-	if o.Trust <= 0 {
-		o.Trust = DefaultAccountTrust
-	}
-	t.opts, t.m = o, map[accountKey]*account{}
+	t.m = map[accountKey]*account{}
 }
 
 // key resolves the account tried; false for one that does not exist.
 func (t *accounts) key(domain, username string) (accountKey, bool) {
-	if t.opts.Tenant == nil {
+	if t.opts.tenant == nil {
 		return accountKey{domain, username}, username != ""
 	}
-	tenant, ok := t.opts.Tenant(domain, username)
+	tenant, ok := t.opts.tenant(domain, username)
 	return accountKey{tenant, username}, ok
 }
 
@@ -114,7 +106,7 @@ func (t *accounts) get(k accountKey, now time.Duration) *account {
 // trust period.
 func (t *accounts) trusts(a *account, addr netip.Addr, now time.Duration) bool {
 	for _, ts := range a.trusted {
-		if ts.addr == addr && now-ts.at < t.opts.Trust {
+		if ts.addr == addr && now-ts.at < t.opts.trust {
 			return true
 		}
 	}
@@ -127,7 +119,7 @@ func (t *accounts) trusts(a *account, addr netip.Addr, now time.Duration) bool {
 // count; nor do accounts that do not exist.
 func (g *Guard) recordAccountFailure(src netip.Addr, domain, username string) {
 	t := &g.accounts
-	if !g.enabled || t.opts.Failures < 0 || g.exempt(src) {
+	if !g.enabled || t.opts.failures <= 0 || g.exempt(src) {
 		return
 	}
 	k, ok := t.key(domain, username)
@@ -142,14 +134,14 @@ func (g *Guard) recordAccountFailure(src netip.Addr, domain, username string) {
 		return
 	}
 	g.accountFails.Add(1)
-	if len(a.failures) == t.opts.Failures {
+	if len(a.failures) == t.opts.failures {
 		a.failures = slices.Delete(a.failures, 0, 1)
 	}
 	a.failures = append(a.failures, now)
-	locked := len(a.failures) == t.opts.Failures && now-a.failures[0] < t.opts.Window
+	locked := len(a.failures) == t.opts.failures && now-a.failures[0] < t.opts.window
 	fresh := locked && a.until <= now
 	if locked {
-		a.until = now + t.opts.Lock
+		a.until = now + t.opts.lock
 	}
 	until := a.until
 	t.mu.Unlock()
@@ -157,7 +149,7 @@ func (g *Guard) recordAccountFailure(src netip.Addr, domain, username string) {
 		g.accountLocks.Add(1)
 		t.lockLog.note(now, func(n uint64) {
 			g.log.Warn("account locked against password guessing", "tenant", k.tenant, "username", k.account,
-				"failures", t.opts.Failures, "within", t.opts.Window.String(),
+				"failures", t.opts.failures, "within", t.opts.window.String(),
 				"until", g.at(until).UTC().Format(time.RFC3339), "remote", src.String(), "locks", n)
 		})
 	}
@@ -172,7 +164,7 @@ func (g *Guard) recordAccountFailure(src netip.Addr, domain, username string) {
 func (g *Guard) OnAuthSuccess(src netip.AddrPort, domain, username string) bool {
 	t := &g.accounts
 	addr := src.Addr().Unmap()
-	if !g.enabled || t.opts.Failures < 0 || g.exempt(addr) {
+	if !g.enabled || t.opts.failures <= 0 || g.exempt(addr) {
 		return true
 	}
 	k, ok := t.key(domain, username)
@@ -208,8 +200,8 @@ func (g *Guard) OnAuthSuccess(src netip.AddrPort, domain, username string) bool 
 // remember. t.mu must be held.
 func (t *accounts) sweep(now time.Duration) {
 	for k, a := range t.m {
-		a.trusted = slices.DeleteFunc(a.trusted, func(ts trustedSource) bool { return now-ts.at >= t.opts.Trust })
-		recent := len(a.failures) > 0 && now-a.failures[len(a.failures)-1] < t.opts.Window
+		a.trusted = slices.DeleteFunc(a.trusted, func(ts trustedSource) bool { return now-ts.at >= t.opts.trust })
+		recent := len(a.failures) > 0 && now-a.failures[len(a.failures)-1] < t.opts.window
 		if a.until <= now && !recent && len(a.trusted) == 0 {
 			delete(t.m, k)
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pbx/appliance/config"
 )
 
 // TestDistributedGuessingLocksAccount: 500 sources guessing one account,
@@ -61,7 +63,7 @@ func TestDistributedGuessingLocksAccount(t *testing.T) {
 		t.Fatalf("%d refusal lines, want 1 (rate limited):\n%s", n, log)
 	}
 	// The lock lasts 10 minutes after the last failure.
-	clk.Advance(DefaultAccountLock - time.Second)
+	clk.Advance(config.DefaultAccountLock - time.Second)
 	if g.OnAuthSuccess(ap("203.0.113.9:5060"), "acme.example", "alice") {
 		t.Fatal("lock ended early")
 	}
@@ -83,7 +85,7 @@ func TestAccountLockNeedsFailuresInsideWindow(t *testing.T) {
 	g, clk, _ := newLoggedGuard(t, Options{Security: sec, Accounts: AccountOptions{Tenant: known}})
 	for i := range 20 {
 		g.OnAuthFailure(addr4(i), "acme.example", "alice")
-		clk.Advance(DefaultAccountWindow/9 + time.Second)
+		clk.Advance(config.DefaultAccountWindow/9 + time.Second)
 	}
 	if !g.OnAuthSuccess(ap("203.0.113.9:5060"), "acme.example", "alice") {
 		t.Fatal("locked by failures spread beyond the window")
@@ -108,19 +110,29 @@ func TestAccountLockNeedsFailuresInsideWindow(t *testing.T) {
 	}
 }
 
-// TestAccountLockOffWhenDisabled: with the guard disabled failures are
-// counted but nothing is locked.
-func TestAccountLockOffWhenDisabled(t *testing.T) {
-	sec := security()
-	sec.Enabled = false
-	g, _ := newGuard(t, sec)
-	for i := range 50 {
-		g.OnAuthFailure(addr4(i), "acme.example", "alice")
-	}
-	if !g.OnAuthSuccess(ap("203.0.113.9:5060"), "acme.example", "alice") {
-		t.Fatal("locked while the guard is disabled")
-	}
-	if c := g.Counters(); c.AuthFailures != 50 || c.AccountLocks != 0 {
-		t.Fatalf("counters %+v", c)
+// TestAccountLockOff: with the guard disabled, or accountFailures 0,
+// failures are counted but nothing is locked; a smaller accountFailures
+// locks sooner.
+func TestAccountLockOff(t *testing.T) {
+	off := security()
+	off.Enabled = false
+	zero := security()
+	zero.AccountFailures = 0
+	three := security()
+	three.AccountFailures = 3
+	for name, tc := range map[string]struct {
+		sec    config.Security
+		locked bool
+	}{"disabled": {off, false}, "accountFailures 0": {zero, false}, "accountFailures 3": {three, true}} {
+		g, _ := newGuard(t, tc.sec)
+		for i := range 3 {
+			g.OnAuthFailure(addr4(i), "acme.example", "alice")
+		}
+		if got := !g.OnAuthSuccess(ap("203.0.113.9:5060"), "acme.example", "alice"); got != tc.locked {
+			t.Errorf("%s: locked %v, want %v", name, got, tc.locked)
+		}
+		if c := g.Counters(); c.AuthFailures != 3 {
+			t.Errorf("%s: counters %+v", name, c)
+		}
 	}
 }

@@ -66,19 +66,19 @@
 //
 // Authentication failures are also counted per account (tenant and
 // username) across sources, so guessing one password from many addresses,
-// each staying below authFailures, is stopped: AccountOptions.Failures
-// (10) failures within Window (10 minutes) lock the account until Lock (10
-// minutes) after the last failure, while further failures keep it locked.
-// While it is locked, valid credentials for it are refused with 403 (the
-// answer to wrong ones, so a guesser cannot tell a right guess) unless
-// they come from an address that authenticated successfully for the
-// account within Trust (a day): a phone registered from its own address
-// keeps working. Only existing accounts are counted, at most maxAccounts
+// each staying below authFailures, is stopped: accountFailures (default
+// 10, as a fail2ban asterisk jail) failures within accountWindow (10
+// minutes) lock the account until accountLock (10 minutes) after the last
+// failure, while further failures keep it locked; accountFailures 0 never
+// locks. While it is locked, valid credentials for it are refused with 403
+// (the answer to wrong ones, so a guesser cannot tell a right guess)
+// unless they come from an address that authenticated successfully for the
+// account within AccountOptions.Trust (a day): a phone registered from its
+// own address keeps working. Only existing accounts are counted, at most maxAccounts
 // of them, with at most maxTrustedPerAccount trusted addresses each.
 // Exempt sources neither count nor are refused. Each new lock and each
 // refusal is logged at warning level, at most once a minute per kind with
-// a count; the counts are in Counters. The values are constants, not
-// configuration keys.
+// a count; the counts are in Counters.
 //
 // # Disabled
 //

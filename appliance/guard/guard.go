@@ -34,8 +34,8 @@ type Options struct {
 	Now func() time.Time
 	// SweepInterval is the janitor's period; 0 means DefaultSweepInterval.
 	SweepInterval time.Duration
-	// Accounts tunes the lock of accounts under distributed password
-	// guessing; zero fields take the defaults.
+	// Accounts completes the security block for the lock of accounts
+	// under distributed password guessing.
 	Accounts AccountOptions
 }
 
@@ -133,7 +133,7 @@ func New(opts Options, log *slog.Logger) (*Guard, error) {
 	for i := range g.shard {
 		g.shard[i].m = map[netip.Addr]*source{}
 	}
-	g.accounts.init(opts.Accounts)
+	g.accounts.init(sec, opts.Accounts)
 	g.epoch = g.now()
 	return g, nil
 }

@@ -44,6 +44,10 @@ func security() config.Security {
 		BanDuration:  config.Duration(config.DefaultBanDuration),
 		BanMax:       config.Duration(config.DefaultBanMax),
 		MaxTracked:   config.DefaultMaxTracked,
+
+		AccountFailures: config.DefaultAccountFailures,
+		AccountWindow:   config.Duration(config.DefaultAccountWindow),
+		AccountLock:     config.Duration(config.DefaultAccountLock),
 	}
 }
 
