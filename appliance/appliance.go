@@ -110,7 +110,8 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	a.dir = tenant.New(cfg)
 	// The guard always runs: disabled, it admits everything but still counts.
-	if a.guard, err = guard.New(guard.Options{Security: sys.Security}, log.With("component", "guard")); err != nil {
+	accounts := guard.AccountOptions{Tenant: sipDirectory{a.dir}.tenantOf}
+	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts}, log.With("component", "guard")); err != nil {
 		return nil, fmt.Errorf("security: %w", err)
 	}
 	a.limits = guard.NewLimiter(cfg, nil)
@@ -146,7 +147,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, SIP: a.sip}
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -186,6 +187,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
 		OnAuthFailure: a.guard.OnAuthFailure,
+		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}

@@ -28,7 +28,9 @@ func (s guardSource) Counters(ctx context.Context) (api.Counters, error) {
 	return api.Counters{
 		Packets: c.Packets, Dropped: c.Dropped, Denied: c.Denied, RateLimited: c.RateLimited,
 		Banned: c.Banned, AuthFailure: c.AuthFailures, Oversize: c.Oversize, Untracked: c.Untracked,
-		BansIssued: c.BansIssued, BansActive: c.BansActive, Tracked: c.Tracked,
+		Evicted: c.Evicted, BansIssued: c.BansIssued, BansActive: c.BansActive, Tracked: c.Tracked,
+		AccountFailures: c.AccountFailures, AccountLocks: c.AccountLocks, AccountRefused: c.AccountRefused,
+		AccountsLocked: c.AccountsLocked,
 	}, nil
 }
 

@@ -28,6 +28,9 @@ const (
 	DefaultBanDuration     = 10 * time.Minute
 	DefaultBanMax          = 24 * time.Hour
 	DefaultMaxTracked      = 20000
+	DefaultAccountFailures = 10
+	DefaultAccountWindow   = 10 * time.Minute
+	DefaultAccountLock     = 10 * time.Minute
 	DefaultTrunkExpiry     = 5 * time.Minute
 	DefaultMaxContacts     = 5
 	DefaultRingTimeout     = 30 * time.Second
@@ -71,6 +74,10 @@ func (s *System) setDefaults() {
 		BanMax:        Duration(DefaultBanMax),
 		MaxTracked:    DefaultMaxTracked,
 		TrustLoopback: true,
+
+		AccountFailures: DefaultAccountFailures,
+		AccountWindow:   Duration(DefaultAccountWindow),
+		AccountLock:     Duration(DefaultAccountLock),
 	}
 }
 

@@ -95,7 +95,7 @@ var rules = map[string]string{
 	"token.expires":       "unparsable expires",
 
 	// security.
-	"security.negative":      "negative rates, authFailures, maxTracked or durations",
+	"security.negative":      "negative rates, authFailures, accountFailures, maxTracked or durations",
 	"security.banDuration":   "banDuration longer than banMax",
 	"security.prefix":        "malformed prefix in allow, deny or an acl list",
 	"security.limits":        "negative limits",

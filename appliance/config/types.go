@@ -284,6 +284,13 @@ type Security struct {
 	ACL           ACL      `yaml:"acl"`
 	RequireSRTP   bool     `yaml:"requireSrtp"`
 	Limits        Limits   `yaml:"limits"`
+
+	// AccountFailures authentication failures for one account, from any
+	// sources, within AccountWindow lock it for AccountLock after the last
+	// (0 never locks).
+	AccountFailures int      `yaml:"accountFailures"`
+	AccountWindow   Duration `yaml:"accountWindow"`
+	AccountLock     Duration `yaml:"accountLock"`
 }
 
 // ACL is security.acl (validated, never read).

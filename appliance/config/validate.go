@@ -802,6 +802,9 @@ func (v *validator) security(m *Meta, s *Security) {
 	neg("security.authWindow", s.AuthWindow < 0)
 	neg("security.banDuration", s.BanDuration < 0)
 	neg("security.banMax", s.BanMax < 0)
+	neg("security.accountFailures", s.AccountFailures < 0)
+	neg("security.accountWindow", s.AccountWindow < 0)
+	neg("security.accountLock", s.AccountLock < 0)
 	if s.BanDuration > s.BanMax {
 		v.errf(m, "security.banDuration", "security.banDuration", "banDuration (%s) is longer than banMax (%s)", s.BanDuration, s.BanMax)
 	}

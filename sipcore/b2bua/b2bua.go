@@ -46,6 +46,10 @@ type Options struct {
 	// OnAuthFailure, when set, is called for an INVITE with wrong
 	// credentials. It must be quick.
 	OnAuthFailure func(src netip.AddrPort, domain, username string)
+	// OnAuthSuccess, when set, is called for an INVITE with valid
+	// credentials before the call is placed; false refuses it with 403
+	// Forbidden. It must be quick.
+	OnAuthSuccess func(src netip.AddrPort, domain, username string) bool
 }
 
 // Manager runs the calls of one SIP server.

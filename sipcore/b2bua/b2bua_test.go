@@ -262,6 +262,32 @@ func TestMediaTimeoutEndsCall(t *testing.T) {
 	}
 }
 
+// TestOnAuthSuccessRefusesInvite: an INVITE with valid credentials that
+// the OnAuthSuccess hook refuses is answered 403 and places no call.
+func TestOnAuthSuccessRefusesInvite(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	e := newEnv(t, envOpts{onAuthSuccess: func(src netip.AddrPort, d, u string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, d+" "+u)
+		return u != "alice"
+	}})
+	e.phone("udp", "bob", "bob-pw")
+	alice := e.phone("udp", "alice", "alice-pw")
+	if s := final(t, alice.Dial(ctxT(t), "102")); s != 403 {
+		t.Fatalf("refused caller: %d, want 403", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != domain+" alice" {
+		t.Fatalf("successes reported %q, want alice's once", seen)
+	}
+	if n := e.calls.Active(); n != 0 {
+		t.Fatalf("%d calls placed", n)
+	}
+}
+
 func TestRejections(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")

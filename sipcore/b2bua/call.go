@@ -199,6 +199,10 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 			_ = tx.Respond(m.opts.Auth.Response(req, res, true, realm))
 			return
 		}
+		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {
+			respond(tx, req, sip.StatusForbidden, "Forbidden")
+			return
+		}
 		a := res.Account
 		caller = Caller{Kind: KindEndpoint, Tenant: a.Tenant, Username: a.Username, Extension: a.Extension, DisplayName: a.DisplayName}
 	}

@@ -62,6 +62,11 @@ type Options struct {
 	// OnAuthFailure, when set, is called for every request whose credentials
 	// were presented and wrong (the guard counts these). It must be quick.
 	OnAuthFailure func(src netip.AddrPort, domain, username string)
+	// OnAuthSuccess, when set, is called for every request whose credentials
+	// are valid, before it is acted on; false refuses it with 403 Forbidden,
+	// the answer to wrong credentials (the guard refuses an account locked
+	// against password guessing). It must be quick.
+	OnAuthSuccess func(src netip.AddrPort, domain, username string) bool
 
 	Now func() time.Time
 }
@@ -274,6 +279,12 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 			r.opts.OnAuthFailure(src, realm, ar.Username)
 		}
 		return r.auth.Response(req, ar, false, realm)
+	}
+	if r.opts.OnAuthSuccess != nil {
+		src, _ := netip.ParseAddrPort(req.Source())
+		if !r.opts.OnAuthSuccess(src, realm, ar.Username) {
+			return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		}
 	}
 	acct := ar.Account
 	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {

@@ -352,6 +352,40 @@ func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
 	}
 }
 
+// TestOnAuthSuccessCanRefuse: valid credentials are reported with the
+// source, realm and username, and refused with 403 when the hook says so.
+func TestOnAuthSuccessCanRefuse(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	refuse := true
+	e := newEnv(t, func(o *registrar.Options) {
+		o.OnAuthSuccess = func(src netip.AddrPort, d, u string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, src.Addr().Unmap().String()+" "+d+" "+u)
+			return !refuse
+		}
+	})
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	if _, res := attempt(t, p, "alice", "alice-secret"); res.StatusCode != 403 {
+		t.Fatalf("refused valid credentials answered %d, want 403", res.StatusCode)
+	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	if _, res := attempt(t, p, "alice", "alice-secret"); res.StatusCode != 200 {
+		t.Fatalf("accepted valid credentials answered %d, want 200", res.StatusCode)
+	}
+	if _, res := attempt(t, p, "alice", "wrong"); res.StatusCode != 403 {
+		t.Fatalf("wrong password answered %d", res.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != seen[1] || !strings.HasPrefix(seen[0], "127.0.0.1 ") || !strings.HasSuffix(seen[0], " alice") {
+		t.Fatalf("successes reported %q, want two for alice from 127.0.0.1 (not the failure)", seen)
+	}
+}
+
 func TestSHA256AndReplay(t *testing.T) {
 	e := newEnvAlgs(t, []string{"md5", "sha-256"}, nil)
 	p := e.phone(t, "udp", "alice", "alice-secret")

@@ -141,10 +141,24 @@ type Counters struct {
 	// Oversize counts datagrams dropped for exceeding security.maxDatagram
 	// (included in Dropped too).
 	Oversize uint64 `json:"oversize"`
-	// Untracked counts packets admitted without tracking because the tracker
-	// was full (security.maxTracked: the guard fails open).
-	Untracked  uint64 `json:"untracked"`
+	// Untracked counts fail-open events: packets admitted, and
+	// authentication failures ignored, without tracking because the tracker
+	// (security.maxTracked) was full of sources with failures or bans.
+	Untracked uint64 `json:"untracked"`
+	// Evicted counts sources without failures or bans forgotten to make
+	// room in the full tracker for new ones.
+	Evicted    uint64 `json:"evicted"`
 	BansIssued uint64 `json:"bans_issued"`
 	BansActive int    `json:"bans_active"`
 	Tracked    int    `json:"tracked"`
+	// AccountFailures counts wrong credentials for existing accounts,
+	// from any source; AccountLocks the locks of accounts they triggered
+	// (distributed password guessing); AccountRefused the valid
+	// credentials refused because their account was locked and their
+	// source had not authenticated for it recently; AccountsLocked the
+	// accounts locked now.
+	AccountFailures uint64 `json:"account_failures"`
+	AccountLocks    uint64 `json:"account_locks"`
+	AccountRefused  uint64 `json:"account_refused"`
+	AccountsLocked  int    `json:"accounts_locked"`
 }
