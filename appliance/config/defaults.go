@@ -55,7 +55,7 @@ var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
 	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
-		TCP: SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource},
+		TCP:              SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource},
 		DigestAlgorithms: append([]string(nil), DefaultDigestAlgorithms...)}
 	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
 	s.Recording.setDefaults()
