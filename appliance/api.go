@@ -102,21 +102,26 @@ type trunkSource struct{ s *apiSources }
 func (t trunkSource) Trunks(ctx context.Context) ([]api.Trunk, error) {
 	out := []api.Trunk{}
 	for _, st := range t.s.trunks.Status() {
-		reg := api.TrunkRegistration{Enabled: st.Register, State: st.State, LastError: st.LastError}
-		if !st.ExpiresAt.IsZero() {
-			e := st.ExpiresAt
-			reg.ExpiresAt = &e
-		}
-		addrs := st.Addresses
-		if addrs == nil {
-			addrs = []string{}
-		}
-		out = append(out, api.Trunk{
-			Name: st.Name, Tenant: st.Tenant, Host: st.Host, Port: st.Port, Transport: st.Transport,
-			Registration: reg, Addresses: addrs,
-		})
+		out = append(out, apiTrunk(st))
 	}
 	return out, nil
+}
+
+// apiTrunk is a trunk's state as the management API shows it.
+func apiTrunk(st trunk.Status) api.Trunk {
+	reg := api.TrunkRegistration{Enabled: st.Register, State: st.State, LastError: st.LastError}
+	if !st.ExpiresAt.IsZero() {
+		e := st.ExpiresAt
+		reg.ExpiresAt = &e
+	}
+	addrs := st.Addresses
+	if addrs == nil {
+		addrs = []string{}
+	}
+	return api.Trunk{
+		Name: st.Name, Tenant: st.Tenant, Host: st.Host, Port: st.Port, Transport: st.Transport,
+		Registration: reg, Addresses: addrs,
+	}
 }
 
 // Refresh re-resolves the trunk's addresses and re-registers it, in the
@@ -136,12 +141,17 @@ type registrationSource struct{ s *apiSources }
 func (r registrationSource) Registrations(ctx context.Context) ([]api.Registration, error) {
 	out := []api.Registration{}
 	for _, b := range r.s.reg.List() {
-		out = append(out, api.Registration{
-			Tenant: b.Tenant, Extension: b.Extension, Username: b.Username, Contact: b.Contact,
-			Source: b.Source.String(), Transport: b.Transport, UserAgent: b.UserAgent, ExpiresAt: b.Expires,
-		})
+		out = append(out, apiRegistration(b))
 	}
 	return out, nil
+}
+
+// apiRegistration is a binding as the management API shows it.
+func apiRegistration(b registrar.Binding) api.Registration {
+	return api.Registration{
+		Tenant: b.Tenant, Extension: b.Extension, Username: b.Username, Contact: b.Contact,
+		Source: b.Source.String(), Transport: b.Transport, UserAgent: b.UserAgent, ExpiresAt: b.Expires,
+	}
 }
 
 func (r registrationSource) Drop(ctx context.Context, tenant, extension string) error {

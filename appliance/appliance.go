@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/datadir"
+	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -60,6 +61,8 @@ type Appliance struct {
 	calls  *b2bua.Manager
 	trunks *trunk.Manager
 	web    *web.Server
+	bus    *events.Bus
+	src    *apiSources
 	closed sync.Once
 }
 
@@ -109,9 +112,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		}
 	}
 	a.dir = tenant.New(cfg)
+	a.bus = events.New(0)
+	lv := live{a.bus}
 	// The guard always runs: disabled, it admits everything but still counts.
 	accounts := guard.AccountOptions{Tenant: sipDirectory{a.dir}.tenantOf}
-	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts}, log.With("component", "guard")); err != nil {
+	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts, OnBan: lv.ban, OnLift: lv.lift}, log.With("component", "guard")); err != nil {
 		return nil, fmt.Errorf("security: %w", err)
 	}
 	a.limits = guard.NewLimiter(cfg, nil)
@@ -147,7 +152,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip}
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip, OnChange: lv.binding}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -167,7 +172,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip}, log.With("component", "trunks")); err != nil {
+	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
@@ -177,6 +182,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	obs = append(obs, rt.steps) // after the call log, which reads the steps
 	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
+	obs = append(obs, lv)       // publishes on the event bus; nothing else joins this chain
 	if a.calls, err = b2bua.New(b2bua.Options{
 		SIP:           a.sip,
 		Media:         a.media,
@@ -198,10 +204,14 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	})
 
 	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr}
+	a.src = src
 	backends := src.backends()
 	backends.Guard = guardSource{a.guard}
+	backends.Events = a.bus
+	backends.Media = mediaSource{a.media}
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
+		backends.CallLogStats = callLogStats{a.cdr}
 	}
 	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -243,6 +253,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
 	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {
 		// Registrations leave from the listening sockets, once they serve.

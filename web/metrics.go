@@ -77,6 +77,20 @@ func (m *metrics) follow(ctx context.Context) {
 		return e.Type == events.CallAnswered || e.Type == events.CallEnded
 	})
 	defer sub.Close()
+	// A call between tenants is published once for each tenant's side:
+	// count it once.
+	var recent [64]string
+	next := 0
+	seen := func(id string) bool {
+		for _, r := range recent {
+			if r == id {
+				return true
+			}
+		}
+		recent[next] = id
+		next = (next + 1) % len(recent)
+		return false
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -88,6 +102,9 @@ func (m *metrics) follow(ctx context.Context) {
 			}
 			c, ok := e.Data.(api.Call)
 			if !ok {
+				continue
+			}
+			if seen(string(e.Type) + " " + c.ID) {
 				continue
 			}
 			switch e.Type {

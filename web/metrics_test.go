@@ -119,7 +119,9 @@ func TestMetrics(t *testing.T) {
 	start := time.Now().Add(-3 * time.Second)
 	answered := start.Add(2 * time.Second)
 	bus.Publish(events.Event{Type: events.CallAnswered, Data: api.Call{ID: "c1", Direction: "outbound", StartedAt: start, AnsweredAt: &answered}})
-	bus.Publish(events.Event{Type: events.CallEnded, Data: api.Call{ID: "c1", Direction: "outbound", Cause: "answered"}})
+	bus.Publish(events.Event{Type: events.CallEnded, Tenant: "acme", Data: api.Call{ID: "c1", Direction: "outbound", Cause: "answered"}})
+	// The other tenant's side of the same call is not a second call.
+	bus.Publish(events.Event{Type: events.CallEnded, Tenant: "globex", Data: api.Call{ID: "c1", Direction: "outbound", Cause: "answered"}})
 	bus.Publish(events.Event{Type: events.CallEnded, Data: api.Call{ID: "c2", Direction: "inbound", Cause: "busy"}})
 	deadline := time.Now().Add(5 * time.Second)
 	for {

@@ -357,6 +357,8 @@ func (s *Store) retryOne(k recKey) error {
 	}
 	if err != nil {
 		s.log.Error("pending call record dropped", "tenant", k.tenant, "id", k.id, "err", err)
+	} else if st != stageMarker {
+		s.stats.retried.Add(1)
 	}
 	delete(b.recs, k)
 	b.n.Store(int64(len(b.recs)))

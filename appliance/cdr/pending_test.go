@@ -102,9 +102,27 @@ func TestCommitFailureKeptAndRetried(t *testing.T) {
 			if err := s.Commit(r); !errors.Is(err, ErrCommitted) {
 				t.Fatalf("second commit of a pending record: %v", err)
 			}
+			if st := s.Stats(); st.Commits != 0 || st.Retried != 0 || st.Pending != 1 {
+				t.Fatalf("stats on a full disk %+v", st)
+			}
 			full.on.Store(false)
 			if left := s.RetryPending(); left != 0 {
 				t.Fatalf("retry after freeing: %d left", left)
+			}
+			if st := s.Stats(); st.Commits != 0 || st.Retried != 1 || st.Pending != 0 {
+				t.Fatalf("stats after the retry %+v", st)
+			}
+			r2 := call("acme", time.Date(2026, 11, 21, 15, 1, 0, 0, time.UTC), false, "+15551230001", "+15559870002")
+			if err := s.Commit(r2); err != nil {
+				t.Fatal(err)
+			}
+			st := s.Stats()
+			var n uint64
+			for _, c := range st.CommitCounts {
+				n += c
+			}
+			if st.Commits != 1 || n != 1 || st.CommitTime <= 0 {
+				t.Fatalf("stats after a first-attempt commit %+v", st)
 			}
 			if b := s.Backlog(); b.Pending != 0 || b.Problem() != "" {
 				t.Fatalf("backlog after freeing: %+v", b)

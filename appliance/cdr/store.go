@@ -90,6 +90,8 @@ type Store struct {
 	// fault, when set (tests), is asked before each write step ("marker",
 	// "record", "index", "unmark") and fails it with the error it returns.
 	fault func(step, path string) error
+
+	stats commitStats
 }
 
 // New returns a Store over opts.DataDir. It creates nothing on disk.
@@ -279,6 +281,7 @@ func (s *Store) Commit(r *Record) error {
 		retry = true // the marker is pending, not the record
 	}
 	st := stageRecord
+	start := time.Now()
 	if err := s.commitFrom(&n, &st, false); err != nil {
 		if errors.Is(err, ErrCommitted) {
 			return err
@@ -288,6 +291,7 @@ func (s *Store) Commit(r *Record) error {
 		}
 		return s.keep(&n, st, err)
 	}
+	s.stats.observe(time.Since(start))
 	if retry {
 		s.forget(k)
 	}

@@ -24,6 +24,9 @@ func (g *Guard) OnAuthFailure(src netip.AddrPort, domain, username string) {
 	if b, ok := g.RecordAuthFailure(src); ok {
 		g.log.Warn("source banned", "remote", src.Addr().String(), "reason", b.Reason,
 			"until", b.Until.UTC().Format(time.RFC3339), "offences", b.Offences, "domain", domain, "username", username)
+		if g.onBan != nil {
+			g.onBan(b)
+		}
 		return
 	}
 	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username)
@@ -129,8 +132,12 @@ func (g *Guard) Lift(ip netip.Addr) error {
 		sh.mu.Unlock()
 		return fmt.Errorf("lift %s: %w", a, ErrNotBanned)
 	}
+	b := g.banOf(a, s)
 	s.since, s.until, s.offences, s.failures = 0, 0, 0, nil
 	sh.mu.Unlock()
 	g.log.Info("ban lifted", "remote", a.String())
+	if g.onLift != nil {
+		g.onLift(b)
+	}
 	return nil
 }

@@ -37,6 +37,10 @@ type Options struct {
 	// Accounts completes the security block for the lock of accounts
 	// under distributed password guessing.
 	Accounts AccountOptions
+	// OnBan and OnLift, when set, are told of each ban imposed after
+	// authentication failures and each ban the operator lifts, outside the
+	// guard's locks. They must be quick.
+	OnBan, OnLift func(Ban)
 }
 
 // Guard admits or drops packets by source and bans sources that fail
@@ -46,6 +50,8 @@ type Guard struct {
 	now   func() time.Time
 	epoch time.Time
 	sweep time.Duration
+
+	onBan, onLift func(Ban)
 
 	enabled       bool
 	trustLoopback bool
@@ -100,7 +106,7 @@ func New(opts Options, log *slog.Logger) (*Guard, error) {
 	}
 	sec := opts.Security
 	g := &Guard{
-		log: log, now: opts.Now, sweep: opts.SweepInterval,
+		log: log, now: opts.Now, sweep: opts.SweepInterval, onBan: opts.OnBan, onLift: opts.OnLift,
 		enabled: sec.Enabled, trustLoopback: sec.TrustLoopback,
 		authFailures: sec.AuthFailures, authWindow: sec.AuthWindow.D(),
 		banDuration: sec.BanDuration.D(), banMax: sec.BanMax.D(),

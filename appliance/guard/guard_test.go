@@ -443,3 +443,31 @@ func TestPrefixSet(t *testing.T) {
 		t.Fatal("New accepted a malformed deny entry")
 	}
 }
+
+// TestBanHooks: the hooks are told of a ban imposed after failures and of
+// a ban lifted, with the address and offences.
+func TestBanHooks(t *testing.T) {
+	sec := security()
+	sec.AuthFailures = 2
+	var banned, lifted []Ban
+	g, err := New(Options{Security: sec, Now: newClock().Now,
+		OnBan: func(b Ban) { banned = append(banned, b) }, OnLift: func(b Ban) { lifted = append(lifted, b) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := ap("203.0.113.40:5060")
+	g.OnAuthFailure(src, "acme.example", "alice")
+	if len(banned) != 0 {
+		t.Fatalf("banned after one failure: %+v", banned)
+	}
+	g.OnAuthFailure(src, "acme.example", "alice")
+	if len(banned) != 1 || banned[0].IP != src.Addr() || banned[0].Offences != 1 {
+		t.Fatalf("bans told %+v", banned)
+	}
+	if err := g.Lift(src.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if len(lifted) != 1 || lifted[0].IP != src.Addr() {
+		t.Fatalf("lifts told %+v", lifted)
+	}
+}

@@ -67,6 +67,9 @@ type Options struct {
 	// the answer to wrong credentials (the guard refuses an account locked
 	// against password guessing). It must be quick.
 	OnAuthSuccess func(src netip.AddrPort, domain, username string) bool
+	// OnChange, when set, is told of every binding added, refreshed,
+	// removed or expired, outside the registrar's locks. It must be quick.
+	OnChange func(Change, Binding)
 
 	Now func() time.Time
 }
@@ -496,6 +499,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	}
 	r.mu.Unlock()
 	r.markDirty(put, removed)
+	r.notify(put, current, removed, now)
 
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	for _, b := range next {
@@ -624,6 +628,7 @@ func (r *Registrar) Drop(tenant, extension string) int {
 	delete(r.byExt, ek)
 	r.mu.Unlock()
 	r.markDirty(nil, removed)
+	r.notify(nil, nil, removed, r.now())
 	return len(removed)
 }
 
@@ -649,6 +654,7 @@ func (r *Registrar) sweep() {
 	}
 	r.mu.Unlock()
 	r.markDirty(nil, removed)
+	r.notify(nil, nil, removed, now)
 }
 
 // Flush writes pending changes to the Store now.

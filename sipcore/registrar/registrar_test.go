@@ -699,3 +699,57 @@ func TestNATKeepalive(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestOnChange: every binding added, refreshed, removed, dropped and
+// expired is told, outside the registrar's locks (the hook reads it back).
+func TestOnChange(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	var reg *registrar.Registrar
+	clock := time.Now()
+	e := newEnv(t, func(o *registrar.Options) {
+		o.SweepInterval = 20 * time.Millisecond
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+		o.OnChange = func(c registrar.Change, b registrar.Binding) {
+			_ = reg.Count() // would deadlock under the registrar's lock
+			mu.Lock()
+			got = append(got, c.String()+" "+b.Username)
+			mu.Unlock()
+		}
+	})
+	reg = e.reg
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	alice := e.phone(t, "udp", "alice", "alice-secret")
+	alice.MustRegister(ctxT(t), 60)
+	alice.MustRegister(ctxT(t), 60)
+	alice.MustRegister(ctxT(t), 0)
+	bob := e.phone(t, "udp", "bob", "bob-secret")
+	bob.MustRegister(ctxT(t), 60)
+	e.reg.Drop(tenant, "102")
+	bob.MustRegister(ctxT(t), 60)
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	want := []string{"added alice", "refreshed alice", "removed alice", "added bob", "removed bob", "added bob", "expired bob"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		s := strings.Join(got, ", ")
+		mu.Unlock()
+		if n >= len(want) {
+			if s != strings.Join(want, ", ") {
+				t.Fatalf("changes %s\nwant    %s", s, strings.Join(want, ", "))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("changes %s; want %s", s, strings.Join(want, ", "))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -45,6 +45,7 @@ func (m *Manager) registerLoop(ctx context.Context, s *state) {
 		now := time.Now()
 		var wait time.Duration
 		s.mu.Lock()
+		prevState, prevErr := s.regState, s.lastErr
 		if err == nil {
 			first := s.regState != StateRegistered
 			s.regState, s.expiresAt, s.registered, s.lastErr = StateRegistered, now.Add(granted), now, ""
@@ -68,6 +69,11 @@ func (m *Manager) registerLoop(ctx context.Context, s *state) {
 			wait = jitter(backoff)
 			m.log.Warn("trunk registration failed", "trunk", s.Name, "err", err, "retry_in", wait.Round(time.Millisecond))
 			backoff = min(2*backoff, m.opts.RetryMax)
+		}
+		if m.opts.OnState != nil {
+			if st := s.status(s.AutoIPs); st.State != prevState || st.LastError != prevErr {
+				m.opts.OnState(st)
+			}
 		}
 		if !t.Stop() {
 			select {

@@ -191,8 +191,15 @@ func TestRegisterAndRefreshOnTime(t *testing.T) {
 // status and retried with a growing delay; Refresh retries at once.
 func TestRegisterFailureBacksOff(t *testing.T) {
 	reg := startRegistrar(t, sip.StatusForbidden)
+	var smu sync.Mutex
+	var states []string
+	onState := func(st Status) {
+		smu.Lock()
+		states = append(states, st.State)
+		smu.Unlock()
+	}
 	m := startPBX(t, Trunk{Name: "carrier", Host: "127.0.0.2", Port: int(reg.addr.Port()), Username: testUser, Password: testPass,
-		Register: true, Expiry: time.Minute}, Options{RetryMin: 200 * time.Millisecond, RetryMax: 800 * time.Millisecond})
+		Register: true, Expiry: time.Minute}, Options{RetryMin: 200 * time.Millisecond, RetryMax: 800 * time.Millisecond, OnState: onState})
 	waitFor(t, "failure reported", func() bool { return m.Status()[0].State == StateFailed })
 	st := m.Status()[0]
 	if !strings.Contains(st.LastError, "403") || !st.ExpiresAt.IsZero() {
@@ -217,6 +224,12 @@ func TestRegisterFailureBacksOff(t *testing.T) {
 	waitFor(t, "registered after refresh", func() bool { return m.Status()[0].State == StateRegistered })
 	if st := m.Status()[0]; st.LastError != "" {
 		t.Errorf("last error kept after success: %q", st.LastError)
+	}
+	// Told once per change, not once per attempt.
+	smu.Lock()
+	defer smu.Unlock()
+	if strings.Join(states, " ") != "failed registered" {
+		t.Errorf("state changes told: %v", states)
 	}
 }
 

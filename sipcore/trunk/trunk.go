@@ -75,6 +75,9 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// RegisterTimeout bounds one REGISTER exchange, digest included.
 	RegisterTimeout time.Duration
+	// OnState, when set, is told a trunk's status whenever its registration
+	// state or last error changes. It must be quick.
+	OnState func(Status)
 }
 
 // Status is a trunk's live state.

@@ -128,7 +128,8 @@ function render() {
   const showBans = !state.restricted && state.scopes.includes('security:read');
   $('bans-section').hidden = !showBans;
   $('headline-bans').hidden = !showBans;
-  const bans = [...state.bans.values()].sort((a, b) => a.ip.localeCompare(b.ip));
+  const now = Date.now();
+  const bans = [...state.bans.values()].filter((b) => Date.parse(b.until) > now).sort((a, b) => a.ip.localeCompare(b.ip));
   fill('bans', bans.map((b) => (tr) => {
     tr.dataset.ip = b.ip;
     cell(tr, b.ip); cell(tr, b.reason); cell(tr, new Date(b.since).toLocaleString());
