@@ -7,7 +7,7 @@ QUICKSTART := packaging/quickstart
 
 # Debian packages the tests drive as real peers: SIPp plays phones and carriers,
 # sipvicious (svcrack) the password guesser the security guard must ban.
-TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec
+TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec chromium:chromium
 # ... and what the benchmarks add: wrk loads the HTTP API.
 BENCH_DEBS := $(TEST_DEBS) wrk:wrk
 

@@ -188,6 +188,9 @@ type pbxConfig struct {
 	// Security is the System's security block as YAML indented under spec
 	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).
 	Security string
+	// Tokens are further API tokens, list items indented under api.tokens
+	// ("      - name: acme\n        token: ...\n"); empty: only testToken.
+	Tokens string
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -217,7 +220,7 @@ spec:
       - name: e2e
         token: %s
         scopes: [status:read, cdr:read, security:read, operate]
-`, c.APIPort, testToken)
+%s`, c.APIPort, testToken, c.Tokens)
 		if c.APIRate != 0 {
 			fmt.Fprintf(&b, `    rateLimit:
       requestsPerMinute: %s
