@@ -157,6 +157,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	srv.OnOptions(s.handleOptions)
+	srv.OnNoRoute(s.handleNoRoute)
 	s.methods = []string{"OPTIONS"}
 	return s, nil
 }

@@ -165,6 +165,13 @@ func localOf(req *sip.Request) netip.AddrPort {
 // terminates the transaction when the handler returns), or relays a
 // re-INVITE.
 func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
+	if tags := sipcore.UnsupportedRequire(req); len(tags) > 0 {
+		// RFC 3261 section 8.2.2.3 (and RFC 3262 section 3 for 100rel):
+		// an extension the PBX lacks is refused before anything else.
+		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
+		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		return
+	}
 	if hasToTag(req) {
 		m.handleReInvite(req, tx)
 		return
@@ -176,7 +183,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		var rej *Rejection
 		caller, trusted, rej = m.opts.Identify(req, src)
 		if rej != nil {
-			respond(tx, req, rej.Status, sipReason(rej.Status))
+			respond(tx, req, rej.Status, sipcore.Phrase(rej.Status))
 			return
 		}
 	}
@@ -282,48 +289,31 @@ func rewriteContact(req *sip.Request, transport string) bool {
 	return netip.AddrPortFrom(ip.Unmap(), uint16(port)) != src
 }
 
-func sipReason(code int) string {
-	switch code {
-	case 403:
-		return "Forbidden"
-	case 404:
-		return "Not Found"
-	case 408:
-		return "Request Timeout"
-	case 480:
-		return "Temporarily Unavailable"
-	case 486:
-		return "Busy Here"
-	case 487:
-		return "Request Terminated"
-	case 488:
-		return "Not Acceptable Here"
-	case 500:
-		return "Server Internal Error"
-	case 503:
-		return "Service Unavailable"
-	case 600:
-		return "Busy Everywhere"
-	case 603:
-		return "Decline"
-	}
-	return "Error"
-}
-
 // fail answers the caller with a final error before answer and ends the
 // call record.
+//
+// The call ends when the final response is sent. The response goes
+// through the transaction, not the dialog: the dialog's Respond returns
+// only once the caller ACKed it (or Timer H gave up after 64*T1), which
+// must neither lengthen the record nor keep the call live. The
+// transaction absorbs the ACK (RFC 3261 section 17.2.1).
 func (c *Call) fail(status int, cause, reason string) {
-	if err := c.caller.Respond(status, sipReason(status), nil); err != nil {
+	at := time.Now()
+	if err := c.callerTx.Respond(sip.NewResponseFromRequest(c.invite, status, sipcore.Phrase(status), nil)); err != nil {
 		c.log.Debug("final response to caller", "status", status, "err", err)
 	}
-	c.finish(cause, status, reason)
+	c.finishAt(at, cause, status, reason)
 }
 
 // finish records how the call ended (the first call wins) and releases
 // its media. The ended event follows from emitEnded once every leg is done.
 func (c *Call) finish(cause string, status int, reason string) {
+	c.finishAt(time.Now(), cause, status, reason)
+}
+
+// finishAt is finish with the end time given.
+func (c *Call) finishAt(now time.Time, cause string, status int, reason string) {
 	c.endOnce.Do(func() {
-		now := time.Now()
 		c.mu.Lock()
 		if w := c.winner; w != nil && w.info.End.IsZero() {
 			w.info.End = now

@@ -8,6 +8,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/rtpcore/sdp"
+	"pbx/sipcore"
 )
 
 var errNoAnswer = errors.New("no answer to re-invite")
@@ -62,7 +63,7 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		// DTMF (application/dtmf-relay) and the like: relay to the other
 		// side and pass its answer back.
 		status := ref.call.relayInfo(req, ref.leg == nil)
-		respond(tx, req, status, sipReason(status))
+		respond(tx, req, status, sipcore.Phrase(status))
 		return
 	}
 	if req.Method == sip.UPDATE && len(req.Body()) > 0 {
@@ -124,7 +125,7 @@ func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.
 		fromMedia, fromOrigin, toMedia, toOrigin = w.media, w.origin, c.callerLeg, c.callerOrig
 		ep = w.ep
 	}
-	plain := func(code int) *sip.Response { return sip.NewResponseFromRequest(req, code, sipReason(code), nil) }
+	plain := func(code int) *sip.Response { return sip.NewResponseFromRequest(req, code, sipcore.Phrase(code), nil) }
 
 	if len(req.Body()) == 0 {
 		// A refresh without offer: offer our current description; the

@@ -65,7 +65,6 @@ type Phone struct {
 	srv    *sipgo.Server
 	client *sipgo.Client
 	addr   netip.AddrPort
-	cancel context.CancelFunc
 	served chan struct{}
 
 	contact sip.ContactHeader
