@@ -51,8 +51,12 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite sync.Mutex // one re-INVITE at a time
-	evMu     sync.Mutex // serialises observer calls
+	reinvite sync.Mutex    // one re-INVITE at a time
+	done     chan struct{} // closed when the call has ended
+
+	ackMu sync.Mutex
+	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
+	evMu  sync.Mutex                   // serialises observer calls
 
 	mu         sync.Mutex
 	info       CallInfo
@@ -239,7 +243,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	now := time.Now()
 	c := &Call{
 		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req, hops: hops - 1,
-		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}),
+		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	from := req.From()
 	c.info = CallInfo{
@@ -324,6 +328,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.info.SIPStatus = status
 		c.info.Reason = reason
 		c.mu.Unlock()
+		close(c.done)
 		if c.session != nil {
 			_ = c.session.Close()
 		}

@@ -393,13 +393,6 @@ func (l *outLeg) bye() {
 	l.mu().Unlock()
 }
 
-// reack re-sends the ACK for a retransmitted 2xx.
-func (l *outLeg) reack() {
-	if d := l.dialog; d != nil {
-		_ = d.Ack(context.Background())
-	}
-}
-
 // claim makes l the winner unless another leg won or the call is over.
 func (c *Call) claim(l *outLeg) bool {
 	c.mu.Lock()

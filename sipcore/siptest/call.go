@@ -28,6 +28,12 @@ type Call struct {
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
 	infos     chan []byte
+	acks      chan *sip.Request // ACKs received for the call's dialog
+
+	// lastReInvite is the transaction and 2xx of the latest re-INVITE the
+	// phone answered, for RepeatReInviteAnswer.
+	lastReInviteTx  sip.ServerTransaction
+	lastReInvite2xx *sip.Response
 
 	early                                              chan struct{}
 	ringOnce, endOnce, cancelOnce, doneOnce, earlyOnce sync.Once
@@ -36,7 +42,8 @@ type Call struct {
 
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8)}
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
+		acks: make(chan *sip.Request, 16)}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -200,6 +207,40 @@ func (c *Call) Hangup(ctx context.Context) error {
 // ReInvite sends a re-INVITE with the phone's SDP and direction
 // ("sendonly" to hold, "sendrecv" to resume) and returns the answer.
 func (c *Call) ReInvite(ctx context.Context, direction string) (*sip.Response, *SDP, error) {
+	ri, err := c.StartReInvite(ctx, BuildSDP(c.media.Port(), []uint8{c.media.pt}, direction))
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := ri.Final(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !res.IsSuccess() {
+		return res, nil, nil
+	}
+	if err := ri.Ack(ctx, nil); err != nil {
+		return res, nil, err
+	}
+	ans, err := ParseSDP(res.Body())
+	if err == nil && ans.Addr.IsValid() {
+		c.media.setRemote(ans.Addr)
+	}
+	return res, ans, err
+}
+
+// ReInviteTx is a re-INVITE the phone sent, driven step by step: the test
+// decides when (and whether) to ACK its 2xx.
+type ReInviteTx struct {
+	c       *Call
+	uri     sip.Uri
+	tx      sip.ClientTransaction
+	retrans chan *sip.Response
+}
+
+// StartReInvite sends a re-INVITE with body as SDP (nil: no offer, RFC 3261
+// section 14.1 lets the answerer offer in its 2xx) and returns without
+// waiting for the answer.
+func (c *Call) StartReInvite(ctx context.Context, body []byte) (*ReInviteTx, error) {
 	var uri sip.Uri
 	if c.dc != nil {
 		uri = c.dc.InviteResponse.Contact().Address
@@ -208,34 +249,87 @@ func (c *Call) ReInvite(ctx context.Context, direction string) (*sip.Response, *
 	}
 	req := sip.NewRequest(sip.INVITE, uri)
 	req.SetDestination(c.p.opts.PBX.String())
-	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
-	req.SetBody(BuildSDP(c.media.Port(), []uint8{c.media.pt}, direction))
-	var res *sip.Response
+	if body != nil {
+		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	req.SetBody(body)
+	var tx sip.ClientTransaction
 	var err error
 	if c.dc != nil {
-		res, err = c.dc.Do(ctx, req)
+		tx, err = c.dc.TransactionRequest(ctx, req)
 	} else {
-		res, err = c.ds.Do(ctx, req)
+		tx, err = c.ds.TransactionRequest(ctx, req)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if res.IsSuccess() {
-		ack := sip.NewRequest(sip.ACK, uri)
-		ack.SetDestination(c.p.opts.PBX.String())
-		if c.dc != nil {
-			err = c.dc.WriteAck(ctx, ack)
-		} else {
-			err = c.ds.WriteRequest(ack)
+	ri := &ReInviteTx{c: c, uri: uri, tx: tx, retrans: make(chan *sip.Response, 16)}
+	tx.OnRetransmission(func(r *sip.Response) {
+		select {
+		case ri.retrans <- r:
+		default:
 		}
-		if err != nil {
-			return res, nil, fmt.Errorf("ack: %w", err)
+	})
+	return ri, nil
+}
+
+// Final waits for the final response.
+func (ri *ReInviteTx) Final(ctx context.Context) (*sip.Response, error) {
+	for {
+		select {
+		case res := <-ri.tx.Responses():
+			if res.IsProvisional() {
+				continue
+			}
+			return res, nil
+		case <-ri.tx.Done():
+			return nil, ri.tx.Err()
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		ans, err := ParseSDP(res.Body())
-		if err == nil && ans.Addr.IsValid() {
-			c.media.setRemote(ans.Addr)
-		}
-		return res, ans, err
 	}
-	return res, nil, nil
+}
+
+// Retransmissions delivers every retransmission of the 2xx.
+func (ri *ReInviteTx) Retransmissions() <-chan *sip.Response { return ri.retrans }
+
+// Ack sends the ACK for the 2xx, with body (the SDP answer to an offer in
+// the 2xx) when not nil.
+func (ri *ReInviteTx) Ack(ctx context.Context, body []byte) error {
+	c := ri.c
+	ack := sip.NewRequest(sip.ACK, ri.uri)
+	ack.SetDestination(c.p.opts.PBX.String())
+	if body != nil {
+		ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		ack.SetBody(body)
+	}
+	var err error
+	if c.dc != nil {
+		err = c.dc.WriteAck(ctx, ack)
+	} else {
+		err = c.ds.WriteRequest(ack)
+	}
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	return nil
+}
+
+// Terminate ends the re-INVITE's client transaction: later 2xx
+// retransmissions then reach no transaction.
+func (ri *ReInviteTx) Terminate() { ri.tx.Terminate() }
+
+// Acks delivers the ACKs the phone received in the call's dialog.
+func (c *Call) Acks() <-chan *sip.Request { return c.acks }
+
+// RepeatReInviteAnswer sends the 2xx of the latest re-INVITE the phone
+// answered once more, as a phone whose ACK was lost does.
+func (c *Call) RepeatReInviteAnswer() error {
+	c.mu.Lock()
+	tx, res := c.lastReInviteTx, c.lastReInvite2xx
+	c.mu.Unlock()
+	if tx == nil {
+		return errors.New("no re-invite answered")
+	}
+	return tx.Respond(res)
 }

@@ -354,7 +354,15 @@ func (p *Phone) findCall(req *sip.Request) *Call {
 }
 
 func (p *Phone) onAck(req *sip.Request, tx sip.ServerTransaction) {
-	if c := p.findCall(req); c != nil && c.ds != nil {
+	c := p.findCall(req)
+	if c == nil {
+		return
+	}
+	select {
+	case c.acks <- req:
+	default:
+	}
+	if c.ds != nil {
 		_ = c.ds.ReadAck(req, tx)
 	}
 }
@@ -520,6 +528,9 @@ func (p *Phone) onReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	res := sip.NewSDPResponseFromRequest(req, BuildSDP(port, pt, answerDirection(offer.Direction)))
 	res.AppendHeader(sip.HeaderClone(&p.contact))
+	c.mu.Lock()
+	c.lastReInviteTx, c.lastReInvite2xx = tx, res
+	c.mu.Unlock()
 	_ = tx.Respond(res)
 }
 
