@@ -41,7 +41,8 @@ type Call struct {
 	callerLeg  *rtpcore.Leg
 	callerOrig *sdp.Origin
 	callerSDP  *sdp.Description // latest offer/answer from the caller
-	codecs     []sdp.Codec      // negotiated with the caller
+	codecs     []sdp.Codec      // negotiated with the caller; guarded by mu once answered
+	lateOffer  bool             // the INVITE had no SDP: the offer goes in the 2xx
 	mediaAddr  netip.Addr
 	hops       int // Max-Forwards for the legs
 
@@ -355,24 +356,28 @@ func (c *Call) emitEnded() {
 
 func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	_ = c.caller.Respond(sip.StatusTrying, "Trying", nil)
+	var offer *sdp.Description
 	if len(req.Body()) == 0 {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no sdp offer")
-		return
+		// A late offer (RFC 3261 section 13.2.1): the PBX offers in its
+		// 2xx and the caller answers in the ACK. The callees are offered
+		// every configured codec meanwhile.
+		c.lateOffer = true
+		c.codecs = c.m.opts.Codecs
+	} else {
+		var err error
+		if offer, err = sdp.Parse(req.Body()); err != nil {
+			c.event(EventCreated, nil)
+			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
+			return
+		}
+		codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
+		if err != nil {
+			c.event(EventCreated, nil)
+			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+			return
+		}
+		c.codecs, c.callerSDP = codecs, offer
 	}
-	offer, err := sdp.Parse(req.Body())
-	if err != nil {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
-		return
-	}
-	codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
-	if err != nil {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
-		return
-	}
-	c.codecs, c.callerSDP = codecs, offer
 
 	from := req.From()
 	in := &Inbound{

@@ -23,7 +23,8 @@ func (m *Manager) handleAck(req *sip.Request, tx sip.ServerTransaction) {
 	if !ok {
 		return
 	}
-	if ref.call.deliverAck(ref.leg, req) || ref.leg != nil {
+	delivered := ref.call.deliverAck(ref.leg, req)
+	if ref.leg != nil || delivered && req.CSeq().SeqNo != ref.call.invite.CSeq().SeqNo {
 		return
 	}
 	if err := ref.call.caller.ReadAck(req, tx); err != nil {
@@ -204,13 +205,13 @@ func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.
 	if len(req.Body()) == 0 {
 		// A refresh without offer: offer our current description; the
 		// answer in the ACK changes nothing we relay.
-		return sdpResponse(req, fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.codecs, ""), ep.Contact)
+		return sdpResponse(req, fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.negotiated(), ""), ep.Contact)
 	}
 	offer, err := sdp.Parse(req.Body())
 	if err != nil {
 		return plain(sip.StatusNotAcceptableHere)
 	}
-	common, err := sdp.Negotiate(offer, c.codecs)
+	common, err := sdp.Negotiate(offer, c.negotiated())
 	if err != nil {
 		return plain(sip.StatusNotAcceptableHere)
 	}

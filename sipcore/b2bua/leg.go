@@ -245,13 +245,15 @@ func (l *outLeg) run() {
 		}
 		if r.IsProvisional() && r.StatusCode > 100 {
 			var desc *sdp.Description
-			if r.StatusCode == sip.StatusSessionInProgress && len(r.Body()) > 0 {
+			// Early media (RFC 3960): a 183 or a 180 with SDP carries the
+			// callee's (or carrier's) ringback, bridged the same way.
+			if len(r.Body()) > 0 {
 				if p, err := sdp.Parse(r.Body()); err == nil {
 					desc = p
 					l.media.ApplySDP(p)
 				}
 			}
-			l.send(legEvent{kind: legProgress, sdp: desc})
+			l.send(legEvent{kind: legProgress, status: r.StatusCode, sdp: desc})
 		}
 		return nil
 	}}

@@ -35,9 +35,18 @@ type Call struct {
 	lastReInviteTx  sip.ServerTransaction
 	lastReInvite2xx *sip.Response
 
+	late        *lateOffer // the INVITE went without SDP
+	earlyStatus int        // status of the provisional that carried SDP
+	offer2xx    *SDP       // late offer: the offer the 2xx carried
+
 	early                                              chan struct{}
 	ringOnce, endOnce, cancelOnce, doneOnce, earlyOnce sync.Once
 	remoteBye                                          bool
+}
+
+// lateOffer says how a late-offer call answers the 2xx's offer.
+type lateOffer struct {
+	answer bool // put an SDP answer in the ACK
 }
 
 func newCall(p *Phone, req *sip.Request) *Call {
@@ -57,10 +66,15 @@ func (c *Call) dial(ctx context.Context) {
 	err = d.WaitAnswer(ctx, sipgo.AnswerOptions{
 		Username: c.p.opts.Username, Password: c.p.opts.Password,
 		OnResponse: func(r *sip.Response) error {
-			if r.StatusCode == 183 && len(r.Body()) > 0 {
+			if (r.StatusCode == 183 || r.StatusCode == 180) && len(r.Body()) > 0 && c.late == nil {
 				if s, err := ParseSDP(r.Body()); err == nil {
 					c.media.setRemote(s.Addr)
-					c.earlyOnce.Do(func() { close(c.early) })
+					c.earlyOnce.Do(func() {
+						c.mu.Lock()
+						c.earlyStatus = r.StatusCode
+						c.mu.Unlock()
+						close(c.early)
+					})
 				}
 			}
 			if r.StatusCode == 180 || r.StatusCode == 183 {
@@ -81,7 +95,12 @@ func (c *Call) dial(ctx context.Context) {
 		c.finish(status, err)
 		return
 	}
-	if err := d.Ack(context.Background()); err != nil {
+	if c.late != nil {
+		err = c.ackLateOffer(d)
+	} else {
+		err = d.Ack(context.Background())
+	}
+	if err != nil {
 		c.finish(200, fmt.Errorf("ack: %w", err))
 		return
 	}
@@ -95,6 +114,42 @@ func (c *Call) dial(ctx context.Context) {
 		<-d.Context().Done()
 		c.markEnded(false)
 	}()
+}
+
+// ackLateOffer ACKs the 2xx of a late-offer INVITE, with the answer to
+// its offer when the call is set to answer.
+func (c *Call) ackLateOffer(d *sipgo.DialogClientSession) error {
+	offer, err := ParseSDP(d.InviteResponse.Body())
+	c.mu.Lock()
+	c.offer2xx = offer
+	c.mu.Unlock()
+	uri := d.InviteRequest.Recipient
+	if ct := d.InviteResponse.Contact(); ct != nil {
+		uri = ct.Address
+	}
+	ack := sip.NewRequest(sip.ACK, uri)
+	ack.SetDestination(c.p.opts.PBX.String())
+	if c.late.answer && err == nil {
+		common := intersect(offer.Codecs, c.p.opts.Codecs)
+		ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		ack.SetBody(BuildSDPEvent(c.media.Port(), common, "sendrecv", c.p.te()))
+	}
+	return d.WriteAck(context.Background(), ack)
+}
+
+// EarlyStatus is the status of the provisional response that brought
+// early media to an outgoing call (180 or 183), zero without.
+func (c *Call) EarlyStatus() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.earlyStatus
+}
+
+// OfferIn2xx is the offer a late-offer call got in the 2xx (nil before).
+func (c *Call) OfferIn2xx() *SDP {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offer2xx
 }
 
 func (c *Call) finish(status int, err error) {
