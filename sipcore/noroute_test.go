@@ -1,9 +1,12 @@
 package sipcore_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,8 +38,28 @@ func request(t *testing.T, s *sipcore.Server, method, extra string) string {
 	return string(buf[:n])
 }
 
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 func TestUnhandledMethodsAnsweredPerRFC(t *testing.T) {
-	s := run(t, sipcore.Options{Listeners: []sipcore.Listener{{ID: "main", Transport: "udp", BindHost: "127.0.0.1"}}})
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s := runWithLog(t, sipcore.Options{Listeners: []sipcore.Listener{{ID: "main", Transport: "udp", BindHost: "127.0.0.1"}}}, log)
 	for _, tc := range []struct {
 		method, extra string
 		want          []string
@@ -57,6 +80,17 @@ func TestUnhandledMethodsAnsweredPerRFC(t *testing.T) {
 			if strings.Contains(res, w) {
 				t.Errorf("%s: response has %q:\n%s", tc.method, w, res)
 			}
+		}
+	}
+	out := logs.String()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			t.Errorf("refusal logged above debug: %s", l)
+		}
+	}
+	for _, m := range []string{"REFER", "SUBSCRIBE"} {
+		if !strings.Contains(out, `msg="sip request refused" method=`+m) {
+			t.Errorf("no debug line for the refused %s:\n%s", m, out)
 		}
 	}
 }
