@@ -57,6 +57,7 @@ func TestLateOfferAnsweredInAck(t *testing.T) {
 				_, err := call.Final()
 				t.Fatalf("final %d: %v", s, err)
 			}
+			waitCh(t, in.Answered(), "bob answered")
 			offer := call.OfferIn2xx()
 			if offer == nil || len(offer.Codecs) != 1 || offer.Codecs[0] != 8 {
 				t.Fatalf("offer in 200: %+v, want PCMA only (what bob accepted)", offer)
@@ -64,7 +65,6 @@ func TestLateOfferAnsweredInAck(t *testing.T) {
 			if offer.Addr.Port() == uint16(in.Media().Port()) {
 				t.Fatalf("offer points at the callee, not the PBX")
 			}
-			waitCh(t, in.Answered(), "bob answered")
 			exchange(t, call.Media(), in.Media(), 20, "a")
 			exchange(t, in.Media(), call.Media(), 20, "b")
 			if err := call.Hangup(ctxT(t)); err != nil {

@@ -95,6 +95,8 @@ func (c *Call) dial(ctx context.Context) {
 		c.finish(status, err)
 		return
 	}
+	// Known before the ACK leaves: the far end may send BYE right after.
+	c.p.addCall(d.ID, c)
 	if c.late != nil {
 		err = c.ackLateOffer(d)
 	} else {
@@ -107,7 +109,6 @@ func (c *Call) dial(ctx context.Context) {
 	if ans, err := ParseSDP(d.InviteResponse.Body()); err == nil {
 		c.media.setRemote(ans.Addr)
 	}
-	c.p.addCall(d.ID, c)
 	close(c.answered)
 	c.finish(200, nil)
 	go func() {
