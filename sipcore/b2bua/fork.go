@@ -191,6 +191,11 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	var ackCh chan *sip.Request
 	if c.lateOffer {
 		body, answerCodecs = c.lateOfferBody(answerSDP)
+		// Until the ACK's answer narrows them, the offered codecs are the
+		// call's (the answered event's payload type comes from them).
+		c.mu.Lock()
+		c.codecs = answerCodecs
+		c.mu.Unlock()
 		ackCh = c.expectAck(nil, c.invite.CSeq().SeqNo)
 		defer c.dropAckWait(nil, c.invite.CSeq().SeqNo)
 	} else {

@@ -74,6 +74,13 @@ func TestLateOfferAnsweredInAck(t *testing.T) {
 			if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseAnswered {
 				t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
 			}
+			e.rec.mu.Lock()
+			defer e.rec.mu.Unlock()
+			for _, ev := range e.rec.events {
+				if ev.Kind == b2bua.EventAnswered && ev.Media.PayloadType != 8 {
+					t.Fatalf("answered event payload type %d, want 8 (PCMA, the only codec offered)", ev.Media.PayloadType)
+				}
+			}
 		})
 	}
 }
