@@ -54,7 +54,8 @@ func (c *Call) deliverAck(leg *outLeg, ack *sip.Request) bool {
 
 // respond2xx sends the 2xx res for an INVITE the PBX answers inside the
 // dialog (a re-INVITE) and retransmits it until the ACK arrives, as
-// RFC 3261 section 13.3.1.4 has the UAS core do on every transport: first
+// RFC 3261 section 13.3.1.4 has the UAS core do, whatever the transport
+// (the ACK is end to end, TCP to the PBX says nothing of later hops): first
 // after T1, the interval doubling up to T2. It returns the ACK, or nil when
 // none came within 64*T1 or the call ended; the caller then ends the
 // session with BYE, as the same section says.

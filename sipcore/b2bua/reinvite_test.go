@@ -28,12 +28,18 @@ func sideName(fromCaller bool) string {
 
 // A 2xx the PBX answers a re-INVITE with is retransmitted until the ACK
 // arrives (RFC 3261 section 13.3.1.4), on both sides of the call.
+// RFC 3261 13.3.1.4 retransmits independently of the transport, so TCP
+// phones see it too.
 func TestReInvite2xxRetransmittedUntilAck(t *testing.T) {
-	for _, fromCaller := range []bool{true, false} {
-		t.Run(sideName(fromCaller), func(t *testing.T) {
+	for _, tc := range []struct {
+		tr         string
+		fromCaller bool
+	}{{"udp", true}, {"udp", false}, {"tcp", true}} {
+		fromCaller := tc.fromCaller
+		t.Run(tc.tr+"/"+sideName(fromCaller), func(t *testing.T) {
 			e := newEnv(t, envOpts{})
 			b2bua.SetRetransmitTimers(e.calls, 50*time.Millisecond, 400*time.Millisecond)
-			alice := e.phone("udp", "alice", "alice-pw")
+			alice := e.phone(tc.tr, "alice", "alice-pw")
 			bob := e.phone("udp", "bob", "bob-pw")
 			call, in := answered(t, alice, bob, "102")
 			actor, _ := side(fromCaller, call, in)
