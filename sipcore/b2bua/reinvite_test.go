@@ -144,6 +144,16 @@ func TestRepeated2xxOfRelayedReInviteAckedWithItsCSeq(t *testing.T) {
 				t.Fatalf("hold: %v %v", res, err)
 			}
 			first := nextAck(t, other.Acks(), "ACK of the relayed re-INVITE")
+			// A request the PBX sends on that dialog afterwards (a relayed
+			// INFO) moves its CSeq on: the ACK must not take that one.
+			if st, err := actor.SendInfo(ctxT(t), "application/dtmf-relay", []byte("Signal=5\r\nDuration=160\r\n")); err != nil || st != 200 {
+				t.Fatalf("info: %d %v", st, err)
+			}
+			select {
+			case <-other.Infos():
+			case <-time.After(wait):
+				t.Fatalf("INFO not relayed")
+			}
 			initial := other.Invite.CSeq().SeqNo
 			if other == call {
 				initial = call.Invite.CSeq().SeqNo
