@@ -10,7 +10,8 @@ import (
 
 // TestLateOfferCall: SIPp as alice calls bob (a SIPp UAS answering PCMA) with an
 // INVITE without SDP. The PBX's 200 carries its offer (checked by the scenario),
-// the answer comes in the ACK, and RTP flows both ways through the PBX.
+// the answer comes in the ACK, and RTP flows both ways through the PBX. A
+// re-INVITE without SDP then gets the PBX's offer in its 200, answered in the ACK.
 func TestLateOfferCall(t *testing.T) {
 	for _, transport := range []string{"udp", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
