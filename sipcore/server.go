@@ -318,7 +318,8 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	s.srv.OnRequest(method, wrapped)
 }
 
-// HandleNoRoute sets the handler for methods nobody registered.
+// HandleNoRoute replaces the default answer to methods nobody registered
+// (489, 420 or 405 with Allow; see handleNoRoute).
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) { h(req, s.WrapTx(tx)) })
 }
