@@ -20,6 +20,11 @@
 //   - handler registration that adds the Server header to every response the
 //     handlers send and answers new INVITEs with 503 while draining;
 //   - an answer to OPTIONS outside a dialog (200 with Allow and Accept);
+//   - an answer to methods nobody handles, logged at debug level: SUBSCRIBE
+//     gets 489 Bad Event (no event package is supported), PRACK 420 with
+//     Unsupported: 100rel (reliable provisionals are not supported), and
+//     anything else (REFER, MESSAGE...) 405 with Allow;
+//   - Phrase, the standard reason phrase of every status code;
 //   - per-transport clients whose Via and Contact advertise the external host.
 //
 // Caveats:

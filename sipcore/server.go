@@ -170,6 +170,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	srv.OnOptions(s.handleOptions)
+	srv.OnNoRoute(s.handleNoRoute)
 	s.methods = []string{"OPTIONS"}
 	return s, nil
 }
@@ -321,7 +322,8 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	s.srv.OnRequest(method, wrapped)
 }
 
-// HandleNoRoute sets the handler for methods nobody registered.
+// HandleNoRoute replaces the default answer to methods nobody registered
+// (489, 420 or 405 with Allow; see handleNoRoute).
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) { h(req, s.WrapTx(tx)) })
 }

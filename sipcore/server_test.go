@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -16,7 +17,12 @@ import (
 
 func run(t *testing.T, opts sipcore.Options) *sipcore.Server {
 	t.Helper()
-	s, err := sipcore.New(opts, nil)
+	return runWithLog(t, opts, nil)
+}
+
+func runWithLog(t *testing.T, opts sipcore.Options, log *slog.Logger) *sipcore.Server {
+	t.Helper()
+	s, err := sipcore.New(opts, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,10 @@ type Manager struct {
 	closed  bool
 
 	wg sync.WaitGroup // call goroutines and background BYEs
+
+	// t1 and t2 pace the retransmission of a 2xx the PBX answers a
+	// re-INVITE with (RFC 3261 section 13.3.1.4); sipgo's T1 and T2.
+	t1, t2 time.Duration
 }
 
 // dialogRef points from a SIP dialog id to a call side.
@@ -95,6 +99,7 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 		log: log, opts: opts, sip: opts.SIP,
 		calls:   map[CallID]*Call{},
 		dialogs: map[string]dialogRef{},
+		t1:      sip.T1, t2: sip.T2,
 	}
 	s := opts.SIP
 	s.Handle(sip.INVITE, m.handleInvite)
@@ -246,8 +251,9 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 	return nil
 }
 
-// handleUnhandledResponse re-ACKs a retransmitted 2xx to an INVITE whose
-// client transaction has ended (the ACK was lost).
+// handleUnhandledResponse re-ACKs a retransmitted 2xx to an INVITE or
+// re-INVITE the PBX sent, on either side of a call, whose client
+// transaction has ended (the ACK was lost).
 func (m *Manager) handleUnhandledResponse(res *sip.Response) {
 	if !res.IsSuccess() {
 		return
@@ -256,15 +262,22 @@ func (m *Manager) handleUnhandledResponse(res *sip.Response) {
 	if cseq == nil || cseq.MethodName != sip.INVITE {
 		return
 	}
-	id, err := sip.DialogIDFromResponse(res)
-	if err != nil {
+	callID, from, to := res.CallID(), res.From(), res.To()
+	if callID == nil || from == nil || to == nil {
 		return
 	}
+	fromTag, _ := from.Params.Get("tag")
+	toTag, _ := to.Params.Get("tag")
 	m.mu.Lock()
-	ref, ok := m.dialogs[id]
-	m.mu.Unlock()
+	// A leg's dialog (the PBX is UAC) is keyed as sipgo keys the 2xx; the
+	// caller's (the PBX is UAS) has the tags the other way round.
+	ref, ok := m.dialogs[sip.DialogIDMake(string(*callID), toTag, fromTag)]
 	if !ok || ref.leg == nil {
-		return
+		ref, ok = m.dialogs[sip.DialogIDMake(string(*callID), fromTag, toTag)]
+		ok = ok && ref.leg == nil
 	}
-	ref.leg.reack()
+	m.mu.Unlock()
+	if ok {
+		ref.call.reack(ref.leg, res)
+	}
 }
