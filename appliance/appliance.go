@@ -274,9 +274,16 @@ func (a *Appliance) Drain() {
 // ActiveCalls is the number of calls in progress.
 func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 
+// ErrReloadRefused wraps the reasons a reload that validated is still not
+// applied: SIGHUP changes the API credential set only, so a configuration that
+// turns the API off (or on) needs a restart, and the running set stays.
+var ErrReloadRefused = errors.New("reload refused")
+
 // Reload re-reads the configuration and applies only the API credential set. A
 // configuration with problems leaves the running set in place; the problems are
-// returned (and logged by the caller).
+// returned (and logged by the caller). A configuration whose api.enabled
+// differs from the running one is refused with an error wrapping
+// ErrReloadRefused, never reported as reloaded.
 func (a *Appliance) Reload() (*config.Report, error) {
 	_ = sdnotify.Reloading()
 	defer sdnotify.Ready()
@@ -287,8 +294,13 @@ func (a *Appliance) Reload() (*config.Report, error) {
 	if !rep.OK() {
 		return rep, nil
 	}
-	if !cfg.System.API.Enabled || !a.web.Enabled() {
-		return rep, nil
+	switch running, wanted := a.web.Enabled(), cfg.System.API.Enabled; {
+	case running && !wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: false; SIGHUP reloads the API credentials only, so turning the API off needs a restart", ErrReloadRefused)
+	case !running && wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: true but the API is not running; turning it on needs a restart", ErrReloadRefused)
+	case !running:
+		return nil, fmt.Errorf("%w: the API is off, so there are no API credentials to reload", ErrReloadRefused)
 	}
 	if err := a.web.SetCredentials(cfg.System.API.Tokens); err != nil {
 		return nil, err

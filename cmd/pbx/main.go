@@ -64,7 +64,8 @@ then serves until stopped.
 
 Signals: SIGTERM drains (new calls get 503, calls in progress may finish until
 --drain-timeout), a second SIGTERM or SIGINT stops at once, SIGHUP reloads the API
-credential set only (a set that fails validation leaves the running one in place).`,
+credential set only (a set that fails validation, or turns the API on or off,
+leaves the running one in place).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -127,6 +128,8 @@ func run(parent context.Context, dir string, drain time.Duration, log *slog.Logg
 				case syscall.SIGHUP:
 					rep, err := app.Reload()
 					switch {
+					case errors.Is(err, appliance.ErrReloadRefused):
+						log.Error("reload refused; the running API credentials stay", "err", err)
 					case err != nil:
 						log.Error("reload failed; the running API credentials stay", "err", err)
 					case !rep.OK():
