@@ -115,7 +115,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	a.limits = guard.NewLimiter(cfg, nil)
 
 	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
-	sip.SetDefaultLogger(log.With("component", "sipgo"))
+	sip.SetDefaultLogger(sipcore.SIPStackLogger(log.With("component", "sipgo")))
 	var listeners []sipcore.Listener
 	for _, l := range sys.SIP.Transports {
 		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})
@@ -134,7 +134,8 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure}
+	onAuthFailure := logAuthFailures(log.With("component", "sip"), a.guard.OnAuthFailure)
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: onAuthFailure}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -173,7 +174,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
-		OnAuthFailure: a.guard.OnAuthFailure,
+		OnAuthFailure: onAuthFailure,
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}

@@ -78,7 +78,11 @@ leaves the running one in place).`,
 			if err := lv.UnmarshalText([]byte(level)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			log := logging.New(os.Stderr, lv)
+			// Floods (malformed input, unknown methods, failed
+			// authentication) are rate-limited per kind and in all.
+			limited := logging.NewRateLimit(logging.New(os.Stderr, lv).Handler(), logging.DefaultLimits)
+			defer limited.Flush(context.Background())
+			log := slog.New(limited)
 			slog.SetDefault(log)
 			return run(cmd.Context(), dir, drain, log)
 		},
