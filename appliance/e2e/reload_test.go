@@ -38,7 +38,7 @@ func rewriteConfig(t *testing.T, p *pbxProc, old, new string) {
 func TestReloadUnderLoad(t *testing.T) {
 	const calls = 100
 	apiPort := freePort(t)
-	p := startPBX(t, pbxConfig{APIPort: apiPort, LogLevel: "info"})
+	p := startPBX(t, pbxConfig{APIPort: apiPort})
 	api := apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", apiPort), token: testToken}
 	dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(t)
@@ -100,6 +100,8 @@ func TestReloadUnderLoad(t *testing.T) {
 	if len(recs) != calls || ok != calls {
 		t.Errorf("%d records, %d answered; want %d answered", len(recs), ok, calls)
 	}
+	// Every line of 100 calls at debug level has one value per key.
+	assertNoDuplicateKeys(t, p.log.String())
 }
 
 // TestReloadRefusesTurningTheAPIOff: a SIGHUP whose files set api.enabled:
