@@ -4,19 +4,16 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"pbx/appliance/guard"
 	"pbx/appliance/logging"
 )
-
-// kindAuthFailure names the log records of failed SIP authentications,
-// which a password guesser causes at will: they are rate-limited as one kind.
-const kindAuthFailure = "sip.auth_failure"
 
 // logAuthFailures logs each failed SIP authentication (source, domain and
 // user name, cut to a sane length) at info level with a kind, so that a
 // guessing run is rate-limited in the log, then passes it on to next.
 func logAuthFailures(log *slog.Logger, next func(src netip.AddrPort, domain, username string)) func(src netip.AddrPort, domain, username string) {
 	return func(src netip.AddrPort, domain, username string) {
-		log.Info("authentication failed", "src", src.String(), "domain", clip(domain), "username", clip(username), logging.KindKey, kindAuthFailure)
+		log.Info("authentication failed", "src", src.String(), "domain", clip(domain), "username", clip(username), logging.KindKey, guard.KindAuthFailure)
 		next(src, domain, username)
 	}
 }
