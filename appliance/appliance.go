@@ -280,6 +280,10 @@ func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 // turns the API off (or on) needs a restart, and the running set stays.
 var ErrReloadRefused = errors.New("reload refused")
 
+// ErrNothingToReload is returned by Reload when the API is off before and
+// after: there is no credential set to reload.
+var ErrNothingToReload = errors.New("nothing to reload: the API is off, and SIGHUP reloads the API credentials only")
+
 // Reload re-reads the configuration and applies only the API credential set. A
 // configuration with problems leaves the running set in place; the problems are
 // returned (and logged by the caller). A configuration whose api.enabled
@@ -301,7 +305,7 @@ func (a *Appliance) Reload() (*config.Report, error) {
 	case !running && wanted:
 		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: true but the API is not running; turning it on needs a restart", ErrReloadRefused)
 	case !running:
-		return nil, fmt.Errorf("%w: the API is off, so there are no API credentials to reload", ErrReloadRefused)
+		return nil, ErrNothingToReload
 	}
 	if err := a.web.SetCredentials(cfg.System.API.Tokens); err != nil {
 		return nil, err

@@ -128,6 +128,18 @@ func TestReloadRefusesTurningTheAPIOff(t *testing.T) {
 	}
 }
 
+// TestReloadWithoutAPI: a SIGHUP to a PBX whose API is off says that
+// nothing was reloaded instead of reporting credentials reloaded.
+func TestReloadWithoutAPI(t *testing.T) {
+	p := startPBX(t, pbxConfig{NoCDR: true, LogLevel: "info"})
+	p.log.mark()
+	_ = p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog("nothing to reload", 10*time.Second)
+	if out := p.log.Since(); strings.Contains(out, "reloaded API credentials") || !strings.Contains(out, "level=WARN") {
+		t.Errorf("reload without an API:\n%s", out)
+	}
+}
+
 // waitUDPBound polls until something listens on UDP port (binding it fails).
 func waitUDPBound(t *testing.T, port int) {
 	t.Helper()

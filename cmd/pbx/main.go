@@ -132,6 +132,8 @@ func run(parent context.Context, dir string, drain time.Duration, log *slog.Logg
 				case syscall.SIGHUP:
 					rep, err := app.Reload()
 					switch {
+					case errors.Is(err, appliance.ErrNothingToReload):
+						log.Warn("reload: " + err.Error())
 					case errors.Is(err, appliance.ErrReloadRefused):
 						log.Error("reload refused; the running API credentials stay", "err", err)
 					case err != nil:
