@@ -33,7 +33,9 @@ type Limits struct {
 	// Interval is how often a summary line reports, per kind, how many
 	// records were suppressed.
 	Interval time.Duration
-	// MaxKinds bounds the kinds tracked; later kinds share one bucket.
+	// MaxKinds bounds the kinds tracked. When it is reached, kinds idle long
+	// enough to have refilled are forgotten; if none is, new kinds share one
+	// overflow bucket.
 	MaxKinds int
 }
 
@@ -64,6 +66,7 @@ type limitState struct {
 	mu     sync.Mutex
 	global bucket
 	kinds  map[string]*kindState
+	pruned time.Time // last prune of idle kinds
 	timer  *time.Timer // pending summary; nil when none is due
 }
 
@@ -185,6 +188,9 @@ func (st *limitState) admit(kind string, level slog.Level, h slog.Handler, addKi
 	k := st.kinds[kind]
 	if k == nil {
 		if len(st.kinds) >= st.lim.MaxKinds {
+			st.prune(now)
+		}
+		if len(st.kinds) >= st.lim.MaxKinds {
 			kind = overflowKind
 			k = st.kinds[kind]
 		}
@@ -212,6 +218,22 @@ func (st *limitState) admit(kind string, level slog.Level, h slog.Handler, addKi
 		st.timer = time.AfterFunc(st.lim.Interval, func() { st.flush(context.Background()) })
 	}
 	return false
+}
+
+// prune forgets the kinds whose bucket has refilled and that have nothing
+// suppressed, at most once a second, so that kinds seen long ago do not push
+// new ones into the overflow bucket.
+func (st *limitState) prune(now time.Time) {
+	if now.Sub(st.pruned) < time.Second {
+		return
+	}
+	st.pruned = now
+	refill := time.Duration(float64(st.lim.PerKindBurst) / st.lim.PerKind * float64(time.Second))
+	for kind, k := range st.kinds {
+		if k.suppressed == 0 && now.Sub(k.last) >= refill {
+			delete(st.kinds, kind)
+		}
+	}
 }
 
 // summary is one kind's suppressed count, taken for writing.

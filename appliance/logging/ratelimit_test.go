@@ -216,3 +216,24 @@ func TestRateLimitMaxKinds(t *testing.T) {
 		t.Errorf("no overflow summary:\n%s", strings.Join(buf.lines()[len(buf.lines())-3:], "\n"))
 	}
 }
+
+func TestRateLimitForgetsIdleKinds(t *testing.T) {
+	lim := testLimits(1e6, 1e6)
+	lim.MaxKinds = 3
+	log, h, buf, clock := newLimited(lim)
+	log.Warn("old one")
+	log.Warn("old two")
+	log.Warn("old three")
+	// Long after, a new kind takes the place of an idle one instead of
+	// sharing the overflow bucket.
+	clock.add(time.Minute)
+	for range 30 {
+		log.Warn("new")
+	}
+	if n := buf.count(`msg=new`); n != 20 {
+		t.Errorf("new kind wrote %d, want its own burst of 20", n)
+	}
+	if _, ok := h.st.kinds[overflowKind]; ok {
+		t.Errorf("idle kinds were kept and the new one overflowed")
+	}
+}
