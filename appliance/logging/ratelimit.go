@@ -66,7 +66,7 @@ type limitState struct {
 	mu     sync.Mutex
 	global bucket
 	kinds  map[string]*kindState
-	pruned time.Time // last prune of idle kinds
+	pruned time.Time   // last prune of idle kinds
 	timer  *time.Timer // pending summary; nil when none is due
 }
 
