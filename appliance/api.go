@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -138,10 +140,22 @@ func (t trunkSource) Refresh(ctx context.Context, name string) error {
 
 type registrationSource struct{ s *apiSources }
 
+// Registrations lists every live binding, then one row with no contact for
+// each account that has none, so that ?online=false finds the accounts no
+// phone is registered to.
 func (r registrationSource) Registrations(ctx context.Context) ([]api.Registration, error) {
 	out := []api.Registration{}
+	bound := map[[2]string]bool{}
 	for _, b := range r.s.reg.List() {
+		bound[[2]string{b.Tenant, b.Username}] = true
 		out = append(out, apiRegistration(b))
+	}
+	for _, t := range r.s.dir.Tenants() {
+		for _, name := range slices.Sorted(maps.Keys(t.Accounts)) {
+			if a := t.Accounts[name]; !bound[[2]string{string(t.ID), name}] {
+				out = append(out, api.Registration{Tenant: string(t.ID), Extension: a.Extension, Username: name})
+			}
+		}
 	}
 	return out, nil
 }

@@ -128,7 +128,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 
 	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
-	sip.SetDefaultLogger(log.With("component", "sipgo"))
+	sip.SetDefaultLogger(sipcore.SIPStackLogger(log.With("component", "sipgo")))
 	var listeners []sipcore.Listener
 	for _, l := range sys.SIP.Transports {
 		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})
@@ -152,7 +152,8 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip, OnChange: lv.binding}
+	onAuthFailure := logAuthFailures(log.With("component", "sip"), a.guard.OnAuthFailure)
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip, OnChange: lv.binding}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -192,7 +193,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
-		OnAuthFailure: a.guard.OnAuthFailure,
+		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
@@ -305,9 +306,20 @@ func (a *Appliance) Drain() {
 // ActiveCalls is the number of calls in progress.
 func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 
+// ErrReloadRefused wraps the reasons a reload that validated is still not
+// applied: SIGHUP changes the API credential set only, so a configuration that
+// turns the API off (or on) needs a restart, and the running set stays.
+var ErrReloadRefused = errors.New("reload refused")
+
+// ErrNothingToReload is returned by Reload when the API is off before and
+// after: there is no credential set to reload.
+var ErrNothingToReload = errors.New("nothing to reload: the API is off, and SIGHUP reloads the API credentials only")
+
 // Reload re-reads the configuration and applies only the API credential set. A
 // configuration with problems leaves the running set in place; the problems are
-// returned (and logged by the caller).
+// returned (and logged by the caller). A configuration whose api.enabled
+// differs from the running one is refused with an error wrapping
+// ErrReloadRefused, never reported as reloaded.
 func (a *Appliance) Reload() (*config.Report, error) {
 	_ = sdnotify.Reloading()
 	defer sdnotify.Ready()
@@ -318,8 +330,13 @@ func (a *Appliance) Reload() (*config.Report, error) {
 	if !rep.OK() {
 		return rep, nil
 	}
-	if !cfg.System.API.Enabled || !a.web.Enabled() {
-		return rep, nil
+	switch running, wanted := a.web.Enabled(), cfg.System.API.Enabled; {
+	case running && !wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: false; SIGHUP reloads the API credentials only, so turning the API off needs a restart", ErrReloadRefused)
+	case !running && wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: true but the API is not running; turning it on needs a restart", ErrReloadRefused)
+	case !running:
+		return nil, ErrNothingToReload
 	}
 	if err := a.web.SetCredentials(cfg.System.API.Tokens); err != nil {
 		return nil, err

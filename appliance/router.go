@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/guard"
+	"pbx/appliance/logging"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
@@ -66,7 +67,7 @@ func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, b
 	from := req.From()
 	if from != nil && r.dir.ByDomain(from.Address.Host) == nil && r.dir.ByDomain(req.Recipient.Host) == nil {
 		err := fmt.Errorf("INVITE from %s: no trunk has this address and neither %q nor %q is a tenant's domain", src, from.Address.Host, req.Recipient.Host)
-		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err)
+		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err, logging.KindKey, "sip.call_refused")
 		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
 	}
 	return b2bua.Caller{}, false, nil

@@ -113,13 +113,15 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		s.listeners = append(s.listeners, b)
 	}
 
-	sipLog := log.With("component", "sipgo")
+	// sipgo's records: no raw message bytes, one value per key, a kind each.
+	sources := &sourceRing{}
+	sipLog := slog.New(&sipgoHandler{next: log.Handler(), sources: sources})
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent(s.contactUserOr("pbx")),
 		sipgo.WithUserAgentHostname(s.listeners[0].advertised),
 		sipgo.WithUserAgentTransportLayerOptions(
 			sip.WithTransportLayerLogger(sipLog),
-			sip.WithTransportLayerReadFilter(s.readFilter),
+			sip.WithTransportLayerReadFilter(noteSources(sources, s.readFilter)),
 		),
 		sipgo.WithUserAgentTransactionLayerOptions(
 			sip.WithTransactionLayerLogger(sipLog),

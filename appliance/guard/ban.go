@@ -5,7 +5,13 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"pbx/appliance/logging"
 )
+
+// KindAuthFailure is the log kind of failed authentications: a password
+// guesser causes them at will, so the log rate-limits them as one kind.
+const KindAuthFailure = "sip.auth_failure"
 
 // Ban is an active ban of one address.
 type Ban struct {
@@ -29,7 +35,7 @@ func (g *Guard) OnAuthFailure(src netip.AddrPort, domain, username string) {
 		}
 		return
 	}
-	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username)
+	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username, logging.KindKey, KindAuthFailure)
 }
 
 // RecordAuthFailure counts wrong credentials from src. When they reach
