@@ -74,10 +74,14 @@ type Manager struct {
 type dialogRef struct {
 	call *Call
 	leg  *outLeg // nil: the caller side
+	// xfer is set once a transfer took the dialog over; side is its
+	// party (0 transferee, 1 new party, -1 the detached transferor).
+	xfer *transfer
+	side int
 }
 
 // New builds a Manager and registers its handlers (INVITE, ACK, BYE,
-// CANCEL, INFO, UPDATE, in-dialog OPTIONS, and the unhandled-response hook
+// CANCEL, INFO, UPDATE, in-dialog OPTIONS, REFER, and the unhandled-response hook
 // that re-ACKs retransmitted 2xx) on the SIP server.
 func New(opts Options, log *slog.Logger) (*Manager, error) {
 	if log == nil {
@@ -109,6 +113,7 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 	s.Handle(sip.INFO, m.handleInDialog)
 	s.Handle(sip.UPDATE, m.handleInDialog)
 	s.Handle(sip.OPTIONS, m.handleInDialog)
+	s.Handle(sip.REFER, m.handleRefer)
 	s.OnUnhandledResponse(m.handleUnhandledResponse)
 	return m, nil
 }

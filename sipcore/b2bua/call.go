@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emiago/sipgo"
@@ -52,8 +53,13 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite sync.Mutex    // one re-INVITE at a time
-	done     chan struct{} // closed when the call has ended
+	reinvite sync.Mutex // one re-INVITE at a time
+	// transferJobs hands a REFER's transfer to the call's goroutine
+	// (transfer.go); mediaKept keeps the media open past the end for
+	// an attended transfer's joined party.
+	transferJobs chan transferJob
+	mediaKept    atomic.Bool
+	done         chan struct{} // closed when the call has ended
 
 	ackMu sync.Mutex
 	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
@@ -249,6 +255,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	c := &Call{
 		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req, hops: hops - 1,
 		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}), done: make(chan struct{}),
+		transferJobs: make(chan transferJob, 1),
 	}
 	from := req.From()
 	c.info = CallInfo{
@@ -334,7 +341,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.info.Reason = reason
 		c.mu.Unlock()
 		close(c.done)
-		if c.session != nil {
+		if c.session != nil && !c.mediaKept.Load() {
 			_ = c.session.Close()
 		}
 		c.log.Info("call ended", "cause", cause, "sip_status", status, "reason", reason)

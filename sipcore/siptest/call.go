@@ -28,6 +28,7 @@ type Call struct {
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
 	infos     chan []byte
+	notifies  chan string       // sipfrag bodies of NOTIFYs (refer.go)
 	acks      chan *sip.Request // ACKs received for the call's dialog
 
 	// lastReInvite is the transaction and 2xx of the latest re-INVITE the
@@ -51,7 +52,7 @@ type lateOffer struct {
 
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8), notifies: make(chan string, 8),
 		acks: make(chan *sip.Request, 16)}
 }
 

@@ -1,0 +1,253 @@
+package b2bua_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore/b2bua"
+	"pbx/sipcore/siptest"
+)
+
+// notifies reads NOTIFY sipfrag status lines until one is final (>= 200)
+// and returns them.
+func notifies(t *testing.T, c *siptest.Call) []string {
+	t.Helper()
+	var got []string
+	for {
+		select {
+		case body := <-c.Notifies():
+			line, _, _ := strings.Cut(body, "\r\n")
+			got = append(got, line)
+			if !strings.HasPrefix(line, "SIP/2.0 1") {
+				return got
+			}
+		case <-time.After(wait):
+			t.Fatalf("no final NOTIFY; got %q", got)
+		}
+	}
+}
+
+// refer sends a REFER on c and wants 202.
+func refer(t *testing.T, c *siptest.Call, to string) {
+	t.Helper()
+	res, err := c.Refer(ctxT(t), to)
+	if err != nil {
+		t.Fatalf("refer: %v", err)
+	}
+	if res.StatusCode != sip.StatusAccepted {
+		t.Fatalf("refer answered %d, want 202", res.StatusCode)
+	}
+}
+
+// transferEvent waits for the call's transfer event.
+func (r *recorder) transferEvent(t *testing.T) *b2bua.Transfer {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for _, e := range r.events {
+			if e.Kind == b2bua.EventTransfer {
+				r.mu.Unlock()
+				return e.Transfer
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no transfer event; got %v", r.kinds())
+	return nil
+}
+
+// TestBlindTransferByCallee: bob answers alice and transfers her to carol
+// (REFER from the callee): 202, NOTIFY 100 then 200, alice and carol hear
+// each other, bob gets BYE from the PBX, and the call ends when alice hangs
+// up, with carol's leg on the record.
+func TestBlindTransferByCallee(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	call, in := answered(t, alice, bob, "102")
+
+	refer(t, in, "sip:103@"+domain)
+	toCarol := carol.WaitIncoming(wait)
+	if toCarol == nil {
+		t.Fatal("carol got no call")
+	}
+	waitCh(t, toCarol.Answered(), "carol answered")
+	if got := notifies(t, in); len(got) != 2 || got[0] != "SIP/2.0 100 Trying" || got[1] != "SIP/2.0 200 OK" {
+		t.Fatalf("notifies %q, want 100 Trying then 200 OK", got)
+	}
+	if f := toCarol.Invite.From(); f.Address.User != "102" {
+		t.Fatalf("carol sees the call from %q, want the transferor 102", f.Address.User)
+	}
+	exchange(t, call.Media(), toCarol.Media(), 20, "a2c")
+	exchange(t, toCarol.Media(), call.Media(), 20, "c2a")
+	waitCh(t, in.Ended(), "bye to the transferor")
+	if !in.RemoteHangup() {
+		t.Fatal("the transferor hung up by itself; want the PBX's BYE")
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, toCarol.Ended(), "bye to carol")
+
+	ev := e.rec.ended(t)
+	tr := e.rec.transferEvent(t)
+	if tr.Kind != b2bua.TransferBlind || tr.By != "102" || tr.To != "103" || tr.Result != b2bua.CauseAnswered {
+		t.Fatalf("transfer %+v", tr)
+	}
+	if n := len(ev.Call.Legs); n != 2 || ev.Call.Legs[1].Target != "103" || !ev.Call.Legs[1].Won || ev.Call.Legs[1].End.IsZero() {
+		t.Fatalf("legs %+v, want bob's and carol's (won, ended)", ev.Call.Legs)
+	}
+	if ev.Call.AnsweredBy != "103" || ev.Call.Cause != b2bua.CauseAnswered {
+		t.Fatalf("answered by %q cause %q", ev.Call.AnsweredBy, ev.Call.Cause)
+	}
+}
+
+// TestBlindTransferByCaller: alice (the caller) transfers bob to carol and
+// hangs up after the final NOTIFY, as phones do; bob and carol talk; the
+// call ends when carol hangs up (bob gets BYE).
+func TestBlindTransferByCaller(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("tcp", "carol", "carol-pw")
+	call, in := answered(t, alice, bob, "102")
+
+	refer(t, call, "sip:103@"+domain)
+	toCarol := carol.WaitIncoming(wait)
+	if toCarol == nil {
+		t.Fatal("carol got no call")
+	}
+	waitCh(t, toCarol.Answered(), "carol answered")
+	if got := notifies(t, call); got[len(got)-1] != "SIP/2.0 200 OK" {
+		t.Fatalf("notifies %q", got)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, in.Media(), toCarol.Media(), 20, "b2c")
+	exchange(t, toCarol.Media(), in.Media(), 20, "c2b")
+	select {
+	case <-in.Ended():
+		t.Fatal("bob was hung up with the transferor")
+	default:
+	}
+	if err := toCarol.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
+	ev := e.rec.ended(t)
+	if tr := e.rec.transferEvent(t); tr.By != "101" || tr.To != "103" {
+		t.Fatalf("transfer %+v", tr)
+	}
+	if ev.Call.Reason != "transfer target hung up" {
+		t.Fatalf("reason %q", ev.Call.Reason)
+	}
+}
+
+// TestAttendedTransfer: alice calls bob, then carol, and REFERs bob's call
+// with Replaces naming her call with carol: bob and carol are joined in the
+// PBX, alice's two calls end, the NOTIFY says 200.
+func TestAttendedTransfer(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	call1, toBob := answered(t, alice, bob, "102")
+	call2, toCarol := answered(t, alice, carol, "103")
+
+	refer(t, call1, call2.ReplacesURI("sip:103@"+domain))
+	if got := notifies(t, call1); got[len(got)-1] != "SIP/2.0 200 OK" {
+		t.Fatalf("notifies %q", got)
+	}
+	waitCh(t, call2.Ended(), "bye to alice's second call")
+	waitCh(t, call1.Ended(), "bye to alice's first call")
+	exchange(t, toBob.Media(), toCarol.Media(), 20, "b2c")
+	exchange(t, toCarol.Media(), toBob.Media(), 20, "c2b")
+	if err := toBob.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, toCarol.Ended(), "bye to carol")
+	deadline := time.Now().Add(wait)
+	for e.calls.Active() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := e.calls.Active(); n != 0 {
+		t.Fatalf("%d calls still live", n)
+	}
+	tr := e.rec.transferEvent(t)
+	if tr.Kind != b2bua.TransferAttended || tr.By != "101" || tr.To != "103" {
+		t.Fatalf("transfer %+v", tr)
+	}
+}
+
+// TestTransferToUnroutableTarget: a target the router refuses gets the
+// refusal in the final NOTIFY and the original call goes on (as Asterisk
+// does); a busy target likewise.
+func TestTransferToUnroutableTarget(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	carol.SetBehaviour(siptest.Behaviour{Mode: siptest.Reject, Status: 486})
+	call, in := answered(t, alice, bob, "102")
+
+	refer(t, in, "sip:999@"+domain)
+	if got := notifies(t, in); got[len(got)-1] != "SIP/2.0 404 Not Found" {
+		t.Fatalf("notifies %q, want a final 404", got)
+	}
+	exchange(t, call.Media(), in.Media(), 10, "a2b")
+
+	refer(t, in, "sip:103@"+domain)
+	if got := notifies(t, in); got[len(got)-1] != "SIP/2.0 486 Busy Here" {
+		t.Fatalf("notifies %q, want a final 486", got)
+	}
+	exchange(t, in.Media(), call.Media(), 10, "b2a")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
+	ev := e.rec.ended(t)
+	if n := len(ev.Call.Legs); n != 2 || ev.Call.Legs[1].SIPStatus != 486 || ev.Call.Legs[1].Won {
+		t.Fatalf("legs %+v, want bob's and carol's busy one", ev.Call.Legs)
+	}
+}
+
+// TestReferOutsideDialog: a REFER without a dialog gets 405 with Allow, one
+// naming an unknown dialog 481.
+func TestReferOutsideDialog(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	ruri := sip.Uri{Scheme: "sip", User: "102", Host: e.udp.Addr().String(), Port: int(e.udp.Port())}
+	for _, tag := range []string{"", "nosuchdialog"} {
+		req := sip.NewRequest(sip.REFER, ruri)
+		from := &sip.FromHeader{Address: sip.Uri{Scheme: "sip", User: "alice", Host: domain}}
+		from.Params.Add("tag", "abc")
+		to := &sip.ToHeader{Address: sip.Uri{Scheme: "sip", User: "102", Host: domain}}
+		if tag != "" {
+			to.Params.Add("tag", tag)
+		}
+		req.AppendHeader(from)
+		req.AppendHeader(to)
+		req.AppendHeader(sip.NewHeader("Refer-To", "<sip:103@"+domain+">"))
+		res, err := alice.Send(ctxT(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := sip.StatusMethodNotAllowed
+		if tag != "" {
+			want = sip.StatusCallTransactionDoesNotExists
+		}
+		if res.StatusCode != want {
+			t.Fatalf("refer (to-tag %q) answered %d, want %d", tag, res.StatusCode, want)
+		}
+		if want == sip.StatusMethodNotAllowed && res.GetHeader("Allow") == nil {
+			t.Fatal("405 without Allow")
+		}
+	}
+}
