@@ -59,6 +59,7 @@ type Call struct {
 	// an attended transfer's joined party.
 	transferJobs chan transferJob
 	mediaKept    atomic.Bool
+	onHold       atomic.Bool   // the last re-INVITE relayed put the call on hold
 	done         chan struct{} // closed when the call has ended
 
 	ackMu sync.Mutex

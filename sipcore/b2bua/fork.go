@@ -329,6 +329,7 @@ func (c *Call) markBye(leg *outLeg) {
 }
 
 func (c *Call) setHoldState(hold bool) {
+	c.onHold.Store(hold)
 	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
 		return
 	}

@@ -107,7 +107,9 @@ func (c *Call) runJoined(x *transfer) string {
 	defer close(x.done)
 	c.m.addDialog(x.a.dialogID(), dialogRef{call: c, leg: x.a.leg, xfer: x, side: 0})
 	c.m.addDialog(x.b.dialogID(), dialogRef{call: c, leg: x.b.leg, xfer: x, side: 1})
-	x.resume(x.a)
+	if x.a.c.onHold.Load() {
+		x.resume(x.a)
+	}
 	var reason string
 	select {
 	case why := <-c.endCh:
@@ -136,9 +138,9 @@ func (c *Call) runJoined(x *transfer) string {
 	return reason
 }
 
-// resume takes the transferee off hold: the transferor usually held it
-// before transferring, and the new party must be heard. A failure is
-// logged; the call goes on.
+// resume takes the transferee off hold when the transferor held it
+// before transferring (as phones do for an attended transfer): the new
+// party must be heard. A failure is logged; the call goes on.
 func (x *transfer) resume(p party) {
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
 	defer cancel()

@@ -150,15 +150,22 @@ func TestBlindTransferByCaller(t *testing.T) {
 	}
 }
 
-// TestAttendedTransfer: alice calls bob, then carol, and REFERs bob's call
-// with Replaces naming her call with carol: bob and carol are joined in the
-// PBX, alice's two calls end, the NOTIFY says 200.
+// TestAttendedTransfer: alice calls bob, holds him, calls carol, and
+// REFERs bob's call with Replaces naming her call with carol: bob and carol
+// are joined in the PBX, bob is taken off hold, alice's two calls end, the
+// NOTIFY says 200.
 func TestAttendedTransfer(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("udp", "bob", "bob-pw")
 	carol := e.phone("udp", "carol", "carol-pw")
 	call1, toBob := answered(t, alice, bob, "102")
+	if res, _, err := call1.ReInvite(ctxT(t), "sendonly"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("hold: %v %v", res, err)
+	}
+	if s := <-toBob.ReInvites(); s.Direction != "sendonly" {
+		t.Fatalf("bob held with %q", s.Direction)
+	}
 	call2, toCarol := answered(t, alice, carol, "103")
 
 	refer(t, call1, call2.ReplacesURI("sip:103@"+domain))
@@ -167,6 +174,14 @@ func TestAttendedTransfer(t *testing.T) {
 	}
 	waitCh(t, call2.Ended(), "bye to alice's second call")
 	waitCh(t, call1.Ended(), "bye to alice's first call")
+	select {
+	case s := <-toBob.ReInvites():
+		if s.Direction != "sendrecv" && s.Direction != "" {
+			t.Fatalf("bob resumed with %q", s.Direction)
+		}
+	case <-time.After(wait):
+		t.Fatal("bob was not taken off hold")
+	}
 	exchange(t, toBob.Media(), toCarol.Media(), 20, "b2c")
 	exchange(t, toCarol.Media(), toBob.Media(), 20, "c2b")
 	if err := toBob.Hangup(ctxT(t)); err != nil {
