@@ -56,6 +56,24 @@
 // re-INVITE it answers. A caller's re-INVITE that overtakes its ACK of the
 // initial 2xx waits up to two seconds for that ACK (then 491).
 //
+// Transfer (transfer.go): a REFER (RFC 3515) from either party of an
+// answered call is accepted with 202 and run on the call's goroutine, with
+// NOTIFYs carrying message/sipfrag status lines (100 Trying, then the final
+// status, section 2.4.5). A blind transfer routes the Refer-To URI through
+// the Router as a call from the transferor (Inbound.Transfer set), rings
+// its legs like a fork and, on answer, bridges the transferee's media leg
+// to the new one and releases the transferor (BYE after two seconds unless
+// it hung up itself); a failed target leaves the call as it was (as
+// Asterisk does), unless the transferee or transferor is gone. An attended
+// transfer (Refer-To with an embedded Replaces, RFC 3891 and RFC 5589
+// section 7) names the transferor's other call through the PBX: the two
+// far parties are bridged, across the two calls' media sessions, and the
+// other call ends with reason "transferred" (its media stays open until
+// the joined call ends). A transferee that was held is re-INVITEd to
+// sendrecv. Joined parties' re-INVITEs, INFO and BYE are relayed between
+// them; EventTransfer reports each transfer's outcome. An INVITE with
+// Replaces is not supported.
+//
 // An INVITE whose Require names an extension the PBX lacks (100rel, RFC
 // 3262) is answered 420 with Unsupported before authentication. A rejected
 // call ends when its final response is sent, not when the ACK arrives.
