@@ -390,6 +390,10 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 		}
 		c.codecs, c.callerSDP = codecs, offer
 	}
+	if rep := req.GetHeader("Replaces"); rep != nil {
+		c.runReplaces(rep.Value(), offer) // replaces.go
+		return
+	}
 
 	from := req.From()
 	in := &Inbound{

@@ -71,8 +71,11 @@
 // other call ends with reason "transferred" (its media stays open until
 // the joined call ends). A transferee that was held is re-INVITEd to
 // sendrecv. Joined parties' re-INVITEs, INFO and BYE are relayed between
-// them; EventTransfer reports each transfer's outcome. An INVITE with
-// Replaces is not supported.
+// them; EventTransfer reports each transfer's outcome. A new INVITE with
+// Replaces (RFC 3891, replaces.go) naming an answered party of another
+// call of the same tenant takes that party's place: the party gets BYE,
+// its call ends ("transferred") and the INVITE's caller is joined to the
+// party it was talking to, recorded as an attended transfer.
 //
 // An INVITE whose Require names an extension the PBX lacks (100rel, RFC
 // 3262) is answered 420 with Unsupported before authentication. A rejected

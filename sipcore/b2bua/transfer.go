@@ -57,6 +57,7 @@ type transfer struct {
 	transferor party
 	a, b       party
 	other      *Call // attended: the call whose party b is
+	held       party // a party to take off hold once joined
 	codecs     []sdp.Codec
 	reinvite   sync.Mutex
 	done       chan struct{} // closed when the joined call ended
@@ -279,6 +280,9 @@ func (c *Call) blind(x *transfer, job transferJob) int {
 	}
 	x.b = party{c: c, leg: n}
 	x.codecs = c.negotiated()
+	if c.onHold.Load() {
+		x.held = x.a
+	}
 	c.mu.Lock()
 	if x.a.leg == nil {
 		// The caller stays: the new leg answers for the call.
@@ -307,6 +311,9 @@ func (c *Call) attend(x *transfer, job transferJob) int {
 		x.b = party{c: o}
 	}
 	x.codecs = c.negotiated()
+	if c.onHold.Load() {
+		x.held = x.a
+	}
 	// C's requests reach this transfer from now on.
 	c.m.addDialog(x.b.dialogID(), dialogRef{call: c, leg: x.b.leg, xfer: x, side: 1})
 	select {

@@ -107,8 +107,8 @@ func (c *Call) runJoined(x *transfer) string {
 	defer close(x.done)
 	c.m.addDialog(x.a.dialogID(), dialogRef{call: c, leg: x.a.leg, xfer: x, side: 0})
 	c.m.addDialog(x.b.dialogID(), dialogRef{call: c, leg: x.b.leg, xfer: x, side: 1})
-	if x.a.c.onHold.Load() {
-		x.resume(x.a)
+	if x.held.valid() {
+		x.resume(x.held)
 	}
 	var reason string
 	select {

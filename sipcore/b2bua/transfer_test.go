@@ -266,3 +266,42 @@ func TestReferOutsideDialog(t *testing.T) {
 		}
 	}
 }
+
+// TestInviteWithReplaces: carol sends the PBX an INVITE whose Replaces
+// names alice's dialog of her call with bob (RFC 3891, a phone completing a
+// transfer or picking up by itself): alice gets BYE, carol and bob talk; a
+// Replaces naming no dialog gets 481.
+func TestInviteWithReplaces(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	call, in := answered(t, alice, bob, "102")
+
+	bad := carol.DialWith(ctxT(t), "102", sip.NewHeader("Replaces", "nosuchcall;to-tag=a;from-tag=b"))
+	if s := final(t, bad); s != sip.StatusCallTransactionDoesNotExists {
+		t.Fatalf("replaces naming nothing answered %d, want 481", s)
+	}
+	take := carol.DialWith(ctxT(t), "102", sip.NewHeader("Require", "replaces"), sip.NewHeader("Replaces", call.Replaces()))
+	if s := final(t, take); s != 200 {
+		t.Fatalf("invite with replaces answered %d", s)
+	}
+	waitCh(t, call.Ended(), "bye to the replaced alice")
+	exchange(t, take.Media(), in.Media(), 20, "c2b")
+	exchange(t, in.Media(), take.Media(), 20, "b2c")
+	if err := in.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, take.Ended(), "bye to carol")
+	tr := e.rec.transferEvent(t)
+	if tr.Kind != b2bua.TransferAttended || tr.By != "103" || tr.To != "102" {
+		t.Fatalf("transfer %+v", tr)
+	}
+	deadline := time.Now().Add(wait)
+	for e.calls.Active() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := e.calls.Active(); n != 0 {
+		t.Fatalf("%d calls still live", n)
+	}
+}

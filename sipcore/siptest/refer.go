@@ -31,9 +31,15 @@ func (c *Call) Refer(ctx context.Context, referTo string) (*sip.Response, error)
 }
 
 // ReplacesURI is the Refer-To of an attended transfer: target with this
-// call's dialog in an embedded Replaces header (RFC 3891), as the phone
-// sees the dialog (to-tag the PBX's, from-tag its own).
+// call's dialog in an embedded Replaces header (RFC 3891).
 func (c *Call) ReplacesURI(target string) string {
+	return target + "?Replaces=" + url.QueryEscape(c.Replaces())
+}
+
+// Replaces names this call's dialog as a Replaces header value (RFC 3891):
+// callid;to-tag=<the PBX's tag>;from-tag=<the phone's tag>, which is how
+// the PBX matches it (section 6.1) whichever side sent the INVITE.
+func (c *Call) Replaces() string {
 	var callID, local, remote string
 	if c.dc != nil {
 		callID = c.dc.InviteRequest.CallID().Value()
@@ -44,8 +50,7 @@ func (c *Call) ReplacesURI(target string) string {
 		remote, _ = c.ds.InviteRequest.From().Params.Get("tag")
 		local, _ = c.ds.InviteResponse.To().Params.Get("tag")
 	}
-	rep := fmt.Sprintf("%s;to-tag=%s;from-tag=%s", callID, remote, local)
-	return target + "?Replaces=" + url.QueryEscape(rep)
+	return fmt.Sprintf("%s;to-tag=%s;from-tag=%s", callID, remote, local)
 }
 
 // Notifies delivers the message/sipfrag bodies of the NOTIFYs the call's
