@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,7 +18,8 @@ const carolTone = 1400.0
 // baresip, as the transfer target.
 type transferEnv struct {
 	softphoneEnv
-	carol *baresip
+	carol       *baresip
+	carrierPort int // the default trunk's port on 127.0.0.2
 }
 
 // TestSoftphoneTransfer drives blind and attended transfers with the real
@@ -31,8 +33,12 @@ func TestSoftphoneTransfer(t *testing.T) {
 	requireSoftphone(t, "linphonec", "linphone-cli")
 	ports := newSoftphonePorts(t)
 	apiPort := freePort(t)
-	e := &transferEnv{}
-	e.pbx = startPBX(t, pbxConfig{RTPMin: ports.rtpMin, RTPMax: ports.rtpMax, APIPort: apiPort, LogLevel: "info"})
+	e := &transferEnv{carrierPort: freePort(t)}
+	e.pbx = startPBX(t, pbxConfig{RTPMin: ports.rtpMin, RTPMax: ports.rtpMax, APIPort: apiPort, LogLevel: "info",
+		// A carrier (a SIPp UAS) as the default trunk, for a transfer to an
+		// external number. (Security is inserted under spec as is.)
+		Security: "  defaultTrunk: carrier\n",
+		Extra:    fmt.Sprintf("---\nconfigVersion: pbx/v1\nkind: Trunk\nmetadata: {name: carrier}\nspec:\n  host: 127.0.0.2\n  port: %d\n", e.carrierPort)})
 	e.api = apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", apiPort), token: testToken}
 	dir := t.TempDir()
 	toneA, toneB, toneC := filepath.Join(dir, "alice.wav"), filepath.Join(dir, "bob.wav"), filepath.Join(dir, "carol.wav")
@@ -53,6 +59,7 @@ func TestSoftphoneTransfer(t *testing.T) {
 		{"blind_by_baresip_caller", transferBlindByBaresip},
 		{"blind_by_linphonec_callee", transferBlindByLinphonec},
 		{"attended_by_linphonec", transferAttendedByLinphonec},
+		{"blind_to_external_by_linphonec", transferExternalByLinphonec},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.run(t, e) }) {
@@ -132,6 +139,40 @@ func transferBlindByLinphonec(t *testing.T, e *transferEnv) {
 	e.alice.waitEvent(t, "CALL_CLOSED")
 	e.carol.waitEvent(t, "CALL_CLOSED")
 	e.checkTransferRecord(t, 1, "blind", "101", "102", []string{"101", "102"})
+}
+
+// transferExternalByLinphonec: bob (linphonec) transfers alice to an
+// external number: the PBX routes it through the default trunk to a SIPp
+// carrier that echoes RTP, so alice hears her own tone come back; her
+// hang-up reaches the carrier, and the record has the trunk leg.
+func transferExternalByLinphonec(t *testing.T, e *transferEnv) {
+	requireSIPp(t)
+	dir := scenarioDir(t, nil)
+	uas := startSIPp(t, dir, "carrier", 30*time.Second, "-sf", "uas_answer.xml", "-m", "1",
+		"-p", strconv.Itoa(e.carrierPort), "-i", "127.0.0.2", "-mi", "127.0.0.2", "-mp", strconv.Itoa(freePort(t)), "-rtp_echo", "-t", "u1")
+	waitFor(t, "the carrier listening", stepTimeout, func() bool { return udpBound("127.0.0.2", e.carrierPort) })
+	e.aliceCallsBob(t)
+	e.bob.mark()
+	e.bob.command(t, "transfer sip:5551234@127.0.0.1")
+	e.bob.wait(t, "ended")
+	heard := e.alice.heard()
+	at := wavSeconds(heard)
+	waitHeard(t, "baresip", heard, at, 1500*time.Millisecond)
+	checkHeard(t, "baresip hearing the carrier's echo", heard, baresipTone, linphonecTone, time.Second)
+	e.alice.command(t, "hangup", "")
+	e.alice.waitEvent(t, "CALL_CLOSED")
+	mustExit0(t, uas, dir, "carrier")
+	e.checkTransferRecord(t, 1, "blind", "101", "5551234", []string{"101", "carrier"})
+}
+
+// udpBound reports whether something listens on ip:port (binding it fails).
+func udpBound(ip string, port int) bool {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip), Port: port})
+	if err != nil {
+		return true
+	}
+	c.Close()
+	return false
 }
 
 var linphoneCallID = regexp.MustCompile(`assigned id (\d+)`)
