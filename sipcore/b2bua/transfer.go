@@ -47,6 +47,9 @@ type transferJob struct {
 	refer   *sip.Request
 	target  sip.Uri // blind: the Refer-To URI
 	handoff party   // attended, to the other call: its transferor side
+	// accepted is closed once the REFER's 202 is sent: the first NOTIFY
+	// follows it (RFC 3515 section 2.4.4).
+	accepted chan struct{}
 }
 
 // transfer is one transfer in progress or done: the transferee a (the
@@ -114,7 +117,7 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 	if ref.leg != nil {
 		x.a = party{c: c}
 	}
-	job := transferJob{x: x, refer: req, target: target}
+	job := transferJob{x: x, refer: req, target: target, accepted: make(chan struct{})}
 	if rep := replacesOf(target); rep != "" {
 		// Attended transfer (RFC 5589 section 7): the Refer-To names the
 		// transferor's other dialog, through this PBX, in Replaces (RFC
@@ -144,6 +147,7 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	respond(tx, req, sip.StatusAccepted, "Accepted")
+	close(job.accepted)
 }
 
 // stripParams drops header parameters after the name-addr's closing '>'.
@@ -217,6 +221,7 @@ func (c *Call) runTransfer(job transferJob) bool {
 	if x.owner != c {
 		return c.handOff(job)
 	}
+	<-job.accepted
 	x.transferor.notifyRefer(sip.StatusTrying, false)
 	c.m.addDialog(x.transferor.dialogID(), dialogRef{call: c, leg: x.transferor.leg, xfer: x, side: -1})
 	var status int

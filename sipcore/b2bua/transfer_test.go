@@ -305,3 +305,50 @@ func TestInviteWithReplaces(t *testing.T) {
 		t.Fatalf("%d calls still live", n)
 	}
 }
+
+// TestBlindTransferForks: a target with two phones rings both; the first to
+// answer wins, the other is cancelled, and both legs are on the record.
+func TestBlindTransferForks(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	ringer := e.phone("udp", "carol", "carol-pw")
+	ringer.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	answerer := e.phone("tcp", "carol", "carol-pw")
+	answerer.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, Delay: 100 * time.Millisecond})
+	call, in := answered(t, alice, bob, "102")
+
+	refer(t, in, "sip:103@"+domain)
+	rung := ringer.WaitIncoming(wait)
+	won := answerer.WaitIncoming(wait)
+	if rung == nil || won == nil {
+		t.Fatal("both of carol's phones must ring")
+	}
+	waitCh(t, won.Answered(), "carol's second phone answered")
+	waitCh(t, rung.Cancelled(), "carol's first phone cancelled")
+	if got := notifies(t, in); got[len(got)-1] != "SIP/2.0 200 OK" {
+		t.Fatalf("notifies %q", got)
+	}
+	exchange(t, call.Media(), won.Media(), 20, "a2c")
+	exchange(t, won.Media(), call.Media(), 20, "c2a")
+	if err := won.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, call.Ended(), "bye to alice")
+	ev := e.rec.ended(t)
+	if n := len(ev.Call.Legs); n != 3 {
+		t.Fatalf("legs %+v, want bob's and carol's two", ev.Call.Legs)
+	}
+	var won2, cancelled int
+	for _, l := range ev.Call.Legs[1:] {
+		if l.Won {
+			won2++
+		}
+		if l.Cause == b2bua.CauseCancelled {
+			cancelled++
+		}
+	}
+	if won2 != 1 || cancelled != 1 {
+		t.Fatalf("transfer legs %+v, want one won and one cancelled", ev.Call.Legs[1:])
+	}
+}
