@@ -267,7 +267,11 @@ func (e *transferEnv) checkTransferRecord(t *testing.T, n int, kind, by, to stri
 			}
 			var got []string
 			for _, l := range r["legs"].([]any) {
-				got = append(got, fmt.Sprint(l.(map[string]any)["target"]))
+				leg := l.(map[string]any)
+				got = append(got, fmt.Sprint(leg["target"]))
+				if end, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(leg["end"])); end.Year() < 2000 {
+					t.Errorf("leg %v has no end", leg)
+				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(legs) {
 				t.Errorf("legs %v, want %v", got, legs)

@@ -3,6 +3,7 @@ package b2bua
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 
@@ -128,6 +129,18 @@ func (p party) readBye(req *sip.Request, tx sip.ServerTransaction) {
 	if err != nil {
 		respond(tx, req, sip.StatusOK, "OK")
 	}
+}
+
+// markEnded sets the end of the party's leg on the record, unless set.
+func (p party) markEnded() {
+	if p.leg == nil {
+		return
+	}
+	p.c.mu.Lock()
+	if p.leg.info.End.IsZero() {
+		p.leg.info.End = time.Now()
+	}
+	p.c.mu.Unlock()
 }
 
 // hangup sends BYE to the party unless its dialog already ended.

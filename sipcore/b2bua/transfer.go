@@ -101,7 +101,7 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	var target sip.Uri
-	if err := sip.ParseUri(strings.Trim(strings.TrimSpace(stripParams(hs[0].Value())), "<>"), &target); err != nil || target.User == "" {
+	if err := sip.ParseUri(referURI(hs[0].Value()), &target); err != nil || target.User == "" {
 		respond(tx, req, sip.StatusBadRequest, "Bad Request")
 		return
 	}
@@ -150,10 +150,18 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 	close(job.accepted)
 }
 
-// stripParams drops header parameters after the name-addr's closing '>'.
-func stripParams(v string) string {
-	if i := strings.LastIndexByte(v, '>'); i >= 0 {
-		return v[:i+1]
+// referURI is the URI of a Refer-To value: inside its angle brackets (a
+// name-addr, with a display name and header parameters around it), else
+// the value up to its first parameter.
+func referURI(v string) string {
+	if i := strings.IndexByte(v, '<'); i >= 0 {
+		if j := strings.IndexByte(v[i:], '>'); j > 0 {
+			return v[i+1 : i+j]
+		}
+	}
+	v = strings.TrimSpace(v)
+	if i := strings.IndexByte(v, ';'); i >= 0 {
+		return v[:i]
 	}
 	return v
 }

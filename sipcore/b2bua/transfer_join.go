@@ -125,15 +125,8 @@ func (c *Call) runJoined(x *transfer) string {
 		go func() { defer wg.Done(); p.hangup() }()
 	}
 	wg.Wait()
-	now := time.Now()
-	for _, p := range []party{x.a, x.b} {
-		if p.leg != nil {
-			p.c.mu.Lock()
-			if p.leg.info.End.IsZero() {
-				p.leg.info.End = now
-			}
-			p.c.mu.Unlock()
-		}
+	for _, p := range []party{x.a, x.b, x.transferor} {
+		p.markEnded()
 	}
 	return reason
 }
@@ -168,6 +161,7 @@ func (m *Manager) transferRequest(ref dialogRef, req *sip.Request, tx sip.Server
 		// The transferor, detached: it may only hang up.
 		if req.Method == sip.BYE {
 			x.transferor.readBye(req, tx)
+			x.transferor.markEnded()
 		} else if req.Method != sip.ACK {
 			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
 		}

@@ -103,6 +103,9 @@ func TestBlindTransferByCallee(t *testing.T) {
 	if n := len(ev.Call.Legs); n != 2 || ev.Call.Legs[1].Target != "103" || !ev.Call.Legs[1].Won || ev.Call.Legs[1].End.IsZero() {
 		t.Fatalf("legs %+v, want bob's and carol's (won, ended)", ev.Call.Legs)
 	}
+	if b := ev.Call.Legs[0]; b.End.IsZero() || !b.End.Before(ev.Call.Legs[1].End) {
+		t.Fatalf("bob's leg ends at %v, want when he was released, before carol's %v", b.End, ev.Call.Legs[1].End)
+	}
 	if ev.Call.AnsweredBy != "103" || ev.Call.Cause != b2bua.CauseAnswered {
 		t.Fatalf("answered by %q cause %q", ev.Call.AnsweredBy, ev.Call.Cause)
 	}
