@@ -173,12 +173,16 @@ func (m *Manager) lookupDialog(req *sip.Request) (dialogRef, bool) {
 	return dialogRef{}, false
 }
 
-// Calls returns a snapshot of the live calls, oldest first.
+// Calls returns a snapshot of the live calls, oldest first. A call that
+// handed its party over to an attended transfer is over, though its media
+// lives on in the joined call: it is not listed.
 func (m *Manager) Calls() []CallInfo {
 	m.mu.Lock()
 	cs := make([]*Call, 0, len(m.calls))
 	for _, c := range m.calls {
-		cs = append(cs, c)
+		if !c.mediaKept.Load() {
+			cs = append(cs, c)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]CallInfo, 0, len(cs))

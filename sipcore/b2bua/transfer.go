@@ -52,6 +52,22 @@ type transferJob struct {
 	accepted chan struct{}
 }
 
+// notify sends the transferor a NOTIFY of the REFER's progress, unless it
+// asked for none (Refer-Sub: false, RFC 4488 section 4).
+func (job transferJob) notify(status int, final bool) {
+	if job.refer != nil && strings.EqualFold(headerValue(job.refer, "Refer-Sub"), "false") {
+		return
+	}
+	job.x.transferor.notifyRefer(status, final)
+}
+
+func headerValue(req *sip.Request, name string) string {
+	if h := req.GetHeader(name); h != nil {
+		return strings.TrimSpace(h.Value())
+	}
+	return ""
+}
+
 // transfer is one transfer in progress or done: the transferee a (the
 // party the transferor was talking to) and the new party b.
 type transfer struct {
@@ -146,7 +162,12 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusRequestPending, sipcore.Phrase(sip.StatusRequestPending))
 		return
 	}
-	respond(tx, req, sip.StatusAccepted, "Accepted")
+	res := sipcore.Response(req, sip.StatusAccepted)
+	if strings.EqualFold(headerValue(req, "Refer-Sub"), "false") {
+		// RFC 4488 section 4: the 202 confirms no subscription was made.
+		res.AppendHeader(sip.NewHeader("Refer-Sub", "false"))
+	}
+	_ = tx.Respond(res)
 	close(job.accepted)
 }
 
@@ -230,7 +251,7 @@ func (c *Call) runTransfer(job transferJob) bool {
 		return c.handOff(job)
 	}
 	<-job.accepted
-	x.transferor.notifyRefer(sip.StatusTrying, false)
+	job.notify(sip.StatusTrying, false)
 	c.m.addDialog(x.transferor.dialogID(), dialogRef{call: c, leg: x.transferor.leg, xfer: x, side: -1})
 	var status int
 	if x.kind == TransferAttended {
@@ -243,7 +264,7 @@ func (c *Call) runTransfer(job transferJob) bool {
 		if x.a.ended() || x.transferor.ended() {
 			// Asterisk ends a failed transfer's call once either party is
 			// gone: nobody is left to take the transferee back.
-			x.transferor.notifyRefer(status, true)
+			job.notify(status, true)
 			x.a.hangup()
 			x.transferor.hangup()
 			c.finish(CauseAnswered, sip.StatusOK, "transfer failed")
@@ -251,11 +272,11 @@ func (c *Call) runTransfer(job transferJob) bool {
 		}
 		// The call goes on: the transferor may try again once told.
 		c.m.addDialog(x.transferor.dialogID(), dialogRef{call: c, leg: x.transferor.leg})
-		x.transferor.notifyRefer(status, true)
+		job.notify(status, true)
 		return false
 	}
 	c.transferEvent(x, job, status)
-	x.transferor.notifyRefer(sip.StatusOK, true)
+	job.notify(sip.StatusOK, true)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

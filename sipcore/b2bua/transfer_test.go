@@ -177,6 +177,9 @@ func TestAttendedTransfer(t *testing.T) {
 	}
 	waitCh(t, call2.Ended(), "bye to alice's second call")
 	waitCh(t, call1.Ended(), "bye to alice's first call")
+	if live := e.calls.Calls(); len(live) != 1 {
+		t.Fatalf("live calls %+v, want only the joined one", live)
+	}
 	select {
 	case s := <-toBob.ReInvites():
 		if s.Direction != "sendrecv" && s.Direction != "" {
@@ -202,6 +205,38 @@ func TestAttendedTransfer(t *testing.T) {
 	if tr.Kind != b2bua.TransferAttended || tr.By != "101" || tr.To != "103" {
 		t.Fatalf("transfer %+v", tr)
 	}
+}
+
+// TestReferSubFalse: a REFER with Refer-Sub: false (RFC 4488) gets a 202
+// saying so and no NOTIFY; the transfer happens all the same.
+func TestReferSubFalse(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	call, in := answered(t, alice, bob, "102")
+	res, err := in.Refer(ctxT(t), "sip:103@"+domain, sip.NewHeader("Refer-Sub", "false"))
+	if err != nil || res.StatusCode != sip.StatusAccepted {
+		t.Fatalf("refer: %v %v", res, err)
+	}
+	if h := res.GetHeader("Refer-Sub"); h == nil || h.Value() != "false" {
+		t.Fatalf("202 without Refer-Sub: false: %v", res)
+	}
+	toCarol := carol.WaitIncoming(wait)
+	if toCarol == nil {
+		t.Fatal("carol got no call")
+	}
+	waitCh(t, in.Ended(), "bye to the transferor")
+	select {
+	case n := <-in.Notifies():
+		t.Fatalf("NOTIFY %q despite Refer-Sub: false", n)
+	default:
+	}
+	exchange(t, call.Media(), toCarol.Media(), 10, "a2c")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, toCarol.Ended(), "bye to carol")
 }
 
 // TestTransferToUnroutableTarget: a target the router refuses gets the

@@ -9,9 +9,9 @@ import (
 )
 
 // Refer sends a REFER (RFC 3515) in the call's dialog with Refer-To
-// referTo (a full URI, e.g. sip:103@acme.example) and returns the final
-// response.
-func (c *Call) Refer(ctx context.Context, referTo string) (*sip.Response, error) {
+// referTo (a full URI, e.g. sip:103@acme.example) and extra headers, and
+// returns the final response.
+func (c *Call) Refer(ctx context.Context, referTo string, headers ...sip.Header) (*sip.Response, error) {
 	var ruri sip.Uri
 	if c.dc != nil {
 		ruri = c.dc.InviteRequest.Recipient
@@ -24,6 +24,9 @@ func (c *Call) Refer(ctx context.Context, referTo string) (*sip.Response, error)
 	req := sip.NewRequest(sip.REFER, ruri)
 	req.AppendHeader(sip.NewHeader("Refer-To", "<"+referTo+">"))
 	req.AppendHeader(sip.NewHeader("Referred-By", "<"+aorString(c.p)+">"))
+	for _, h := range headers {
+		req.AppendHeader(h)
+	}
 	if c.dc != nil {
 		return c.dc.Do(ctx, req)
 	}
