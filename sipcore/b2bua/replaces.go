@@ -34,7 +34,7 @@ func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 	w := x0.winner
 	info := x0.info
 	x0.mu.Unlock()
-	if w == nil || (old.leg != nil && old.leg != w) {
+	if w == nil || (old.leg != nil && old.leg != w) || c.m.transferring(x0, nil) {
 		fail(sip.StatusCallTransactionDoesNotExists, "replaces names no answered party")
 		return
 	}

@@ -124,7 +124,7 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 	c.mu.Lock()
 	w := c.winner
 	c.mu.Unlock()
-	if w == nil || (ref.leg != nil && ref.leg != w) {
+	if w == nil || (ref.leg != nil && ref.leg != w) || m.transferring(c, nil) {
 		respond(tx, req, sip.StatusRequestPending, sipcore.Phrase(sip.StatusRequestPending))
 		return
 	}
@@ -169,6 +169,19 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	_ = tx.Respond(res)
 	close(job.accepted)
+}
+
+// transferring reports whether a transfer other than except took over a
+// dialog of c (one runs, or c was joined): c takes no other.
+func (m *Manager) transferring(c *Call, except *transfer) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.dialogs {
+		if r.xfer != nil && r.xfer != except && (r.call == c || r.xfer.other == c) {
+			return true
+		}
+	}
+	return false
 }
 
 // referURI is the URI of a Refer-To value: inside its angle brackets (a
@@ -337,7 +350,7 @@ func (c *Call) attend(x *transfer, job transferJob) int {
 	o.mu.Lock()
 	ow := o.winner
 	o.mu.Unlock()
-	if ow == nil || job.handoff.ended() || (job.handoff.leg != nil && job.handoff.leg != ow) {
+	if ow == nil || job.handoff.ended() || (job.handoff.leg != nil && job.handoff.leg != ow) || c.m.transferring(o, x) {
 		return sip.StatusCallTransactionDoesNotExists
 	}
 	x.b = party{c: o, leg: ow}

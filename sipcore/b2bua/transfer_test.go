@@ -390,3 +390,35 @@ func TestBlindTransferForks(t *testing.T) {
 		t.Fatalf("transfer legs %+v, want one won and one cancelled", ev.Call.Legs[1:])
 	}
 }
+
+// TestTransfereeLeavesWhileTargetRings: while bob's transfer rings carol,
+// a REFER from alice gets 491; alice hanging up cancels carol, bob's
+// NOTIFY says 487 and bob gets BYE.
+func TestTransfereeLeavesWhileTargetRings(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	carol.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	call, in := answered(t, alice, bob, "102")
+
+	refer(t, in, "sip:103@"+domain)
+	rung := carol.WaitIncoming(wait)
+	if rung == nil {
+		t.Fatal("carol got no call")
+	}
+	if res, err := call.Refer(ctxT(t), "sip:101@"+domain); err != nil || res.StatusCode != sip.StatusRequestPending {
+		t.Fatalf("a second transfer: %v %v, want 491", res, err)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, rung.Cancelled(), "carol cancelled")
+	if got := notifies(t, in); got[len(got)-1] != "SIP/2.0 487 Request Terminated" {
+		t.Fatalf("notifies %q, want a final 487", got)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
+	if ev := e.rec.ended(t); ev.Call.Reason != "transfer failed" {
+		t.Fatalf("reason %q", ev.Call.Reason)
+	}
+}
