@@ -296,9 +296,12 @@ func (c *Call) runTransfer(job transferJob) bool {
 		defer wg.Done()
 		select {
 		case <-x.transferor.done():
+			return
 		case <-time.After(transferorGrace):
-			x.transferor.hangup()
+		case <-x.done:
 		}
+		x.transferor.markEnded()
+		x.transferor.hangup()
 	}()
 	reason := c.runJoined(x)
 	wg.Wait()

@@ -226,6 +226,7 @@ func TestReferSubFalse(t *testing.T) {
 	if toCarol == nil {
 		t.Fatal("carol got no call")
 	}
+	waitCh(t, toCarol.Answered(), "carol answered")
 	waitCh(t, in.Ended(), "bye to the transferor")
 	select {
 	case n := <-in.Notifies():
