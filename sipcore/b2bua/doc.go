@@ -58,10 +58,12 @@
 //
 // Transfer (transfer.go): a REFER (RFC 3515) from either party of an
 // answered call is accepted with 202 and run on the call's goroutine, with
-// NOTIFYs carrying message/sipfrag status lines (100 Trying, then the final
-// status, section 2.4.5). A blind transfer routes the Refer-To URI through
-// the Router as a call from the transferor (Inbound.Transfer set), rings
-// its legs like a fork and, on answer, bridges the transferee's media leg
+// NOTIFYs carrying message/sipfrag status lines (100 Trying, 180 Ringing
+// when the target rings, then the final status, section 2.4.5; none with
+// Refer-Sub: false, RFC 4488). A blind transfer routes the Refer-To URI
+// through the Router as a call from the transferor (Inbound.Transfer set),
+// rings its legs like a fork (the transferee hears a target's early media)
+// and, on answer, bridges the transferee's media leg
 // to the new one and releases the transferor (BYE after two seconds unless
 // it hung up itself); a failed target leaves the call as it was (as
 // Asterisk does), unless the transferee or transferor is gone. An attended

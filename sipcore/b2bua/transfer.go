@@ -283,11 +283,18 @@ func (c *Call) runTransfer(job transferJob) bool {
 			c.finish(CauseAnswered, sip.StatusOK, "transfer failed")
 			return true
 		}
-		// The call goes on: the transferor may try again once told.
+		// The call goes on: the transferor may try again once told. The
+		// transferee hears it again (not a failed target's early media).
+		if err := rtpcore.Bridge(x.a.media(), x.transferor.media()); err != nil {
+			c.log.Debug("bridge back after a failed transfer", "err", err)
+		}
 		c.m.addDialog(x.transferor.dialogID(), dialogRef{call: c, leg: x.transferor.leg})
 		job.notify(status, true)
 		return false
 	}
+	// The joined parties' requests (a BYE right after the NOTIFY) are the
+	// transfer's from now on.
+	x.register()
 	c.transferEvent(x, job, status)
 	job.notify(sip.StatusOK, true)
 	var wg sync.WaitGroup
@@ -324,7 +331,7 @@ func (c *Call) blind(x *transfer, job transferJob) int {
 		}
 		return sip.StatusNotFound
 	}
-	n, status := c.dialTransfer(x, dec.Target)
+	n, status := c.dialTransfer(x, job, dec.Target)
 	if n == nil {
 		return status
 	}

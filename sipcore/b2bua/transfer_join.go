@@ -7,6 +7,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 
+	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
 )
@@ -31,8 +32,10 @@ func (r *dialRound) close(c *Call) {
 
 // dialTransfer rings a transfer's target and returns the leg that answered,
 // or nil and the status for the final NOTIFY. The transferee hanging up
-// or the call being ended stops it.
-func (c *Call) dialTransfer(x *transfer, target *Target) (*outLeg, int) {
+// or the call being ended stops it. When the target rings the transferor
+// is told (NOTIFY 180, as Asterisk does) and the transferee hears the
+// target's early media, if it sends any.
+func (c *Call) dialTransfer(x *transfer, job transferJob, target *Target) (*outLeg, int) {
 	ring := target.RingTimeout
 	if ring <= 0 {
 		ring = c.m.opts.RingTimeout
@@ -68,11 +71,28 @@ func (c *Call) dialTransfer(x *transfer, target *Target) (*outLeg, int) {
 	}
 	timer := time.NewTimer(ring)
 	defer timer.Stop()
+	// The 180 NOTIFY goes out while the legs ring on; the final one must
+	// not overtake it.
+	var notified sync.WaitGroup
+	defer notified.Wait()
+	ringing, early := false, false
 	var finals []int
 	for pending := len(legs); pending > 0; {
 		select {
 		case ev := <-r.ch:
 			switch ev.kind {
+			case legProgress:
+				if !ringing {
+					ringing = true
+					notified.Add(1)
+					go func() { defer notified.Done(); job.notify(sip.StatusRinging, false) }()
+				}
+				if ev.sdp != nil && !early {
+					early = true
+					if err := rtpcore.Bridge(x.a.media(), ev.leg.media); err != nil {
+						c.log.Debug("transfer early media", "err", err)
+					}
+				}
 			case legAnswered:
 				r.close(c)
 				cancelAll(ev.leg)
@@ -105,8 +125,7 @@ func (c *Call) dialTransfer(x *transfer, target *Target) (*outLeg, int) {
 // call is ended, and returns the call record's reason.
 func (c *Call) runJoined(x *transfer) string {
 	defer close(x.done)
-	c.m.addDialog(x.a.dialogID(), dialogRef{call: c, leg: x.a.leg, xfer: x, side: 0})
-	c.m.addDialog(x.b.dialogID(), dialogRef{call: c, leg: x.b.leg, xfer: x, side: 1})
+	x.register()
 	if x.held.valid() {
 		x.resume(x.held)
 	}
@@ -114,6 +133,13 @@ func (c *Call) runJoined(x *transfer) string {
 	select {
 	case why := <-c.endCh:
 		reason = why
+		switch {
+		case why != "bye":
+		case x.a.ended():
+			reason = "transferee hung up"
+		case x.b.ended():
+			reason = "transfer target hung up"
+		}
 	case <-x.a.done():
 		reason = "transferee hung up"
 	case <-x.b.done():
@@ -129,6 +155,14 @@ func (c *Call) runJoined(x *transfer) string {
 		p.markEnded()
 	}
 	return reason
+}
+
+// register routes the joined parties' in-dialog requests to the
+// transfer.
+func (x *transfer) register() {
+	m := x.owner.m
+	m.addDialog(x.a.dialogID(), dialogRef{call: x.owner, leg: x.a.leg, xfer: x, side: 0})
+	m.addDialog(x.b.dialogID(), dialogRef{call: x.owner, leg: x.b.leg, xfer: x, side: 1})
 }
 
 // resume takes the transferee off hold when the transferor held it
