@@ -21,6 +21,15 @@ const (
 	// UDPSocketBuffer is the receive and send buffer asked for on UDP
 	// listeners (the kernel grants at most net.core.rmem_max/wmem_max).
 	UDPSocketBuffer = 4 << 20
+	// DefaultMaxServerTransactions caps the server transactions open at
+	// once when Options.MaxServerTransactions is 0. A UDP non-INVITE server
+	// transaction lives 64*T1 = 32 s after its final response (RFC 3261
+	// 17.2.2) and holds about 6 kB, so the cap bounds that memory near
+	// 120 MB; past it a new request is refused with 503.
+	DefaultMaxServerTransactions = 20000
+	// RetryAfterOverload is the Retry-After, in seconds, of the 503 sent to a
+	// request refused past the transaction cap.
+	RetryAfterOverload = 10
 )
 
 // Transport names a listener's protocol as written in the configuration.
@@ -67,6 +76,11 @@ type Options struct {
 
 	// Admit, when set, sees every packet before the SIP stack.
 	Admit Admitter
+
+	// MaxServerTransactions caps the server transactions open at once; a
+	// new request past the cap is answered 503 with Retry-After without
+	// creating one. 0 means DefaultMaxServerTransactions.
+	MaxServerTransactions int
 }
 
 // StringPtr returns a pointer to s; handy for Options.UserAgent.
@@ -77,6 +91,13 @@ func (o Options) userAgent() string {
 		return DefaultUserAgent
 	}
 	return *o.UserAgent
+}
+
+func (o Options) maxServerTransactions() int {
+	if o.MaxServerTransactions > 0 {
+		return o.MaxServerTransactions
+	}
+	return DefaultMaxServerTransactions
 }
 
 func (o Options) contactUser() string {

@@ -39,6 +39,10 @@ type Server struct {
 
 	unhandled atomic.Pointer[func(*sip.Response)]
 
+	parser *sip.Parser // for the UDP readers' stateless answers
+	txs    *txTracker
+	stats  counters
+
 	ready     chan struct{}
 	closeOnce sync.Once
 	runCancel context.CancelFunc
@@ -86,11 +90,15 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("%w: listener %q: port %d out of range", ErrInvalidOptions, l.ID, l.BindPort)
 		}
 	}
+	if opts.MaxServerTransactions < 0 {
+		return nil, fmt.Errorf("%w: negative transaction cap %d", ErrInvalidOptions, opts.MaxServerTransactions)
+	}
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
 
-	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{})}
+	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
+		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions())}
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {
@@ -157,6 +165,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	srv.OnOptions(s.handleOptions)
+	srv.OnNoRoute(s.methodNotAllowed)
 	s.methods = []string{"OPTIONS"}
 	return s, nil
 }
@@ -251,7 +260,7 @@ func advertisedHost(external string, bind netip.Addr) string {
 
 func (s *Server) readFilter(props sip.TransportReadProps, data []byte) ([]byte, error) {
 	admit := s.opts.Admit
-	if admit == nil {
+	if admit == nil || s.readByUs(props) {
 		return data, nil
 	}
 	var src netip.AddrPort
@@ -270,6 +279,20 @@ func (s *Server) readFilter(props sip.TransportReadProps, data []byte) ([]byte, 
 		return nil, nil
 	}
 	return data, nil
+}
+
+// readByUs reports whether a datagram came through a UDP listener's
+// readers (udp.go), which admitted it already.
+func (s *Server) readByUs(props sip.TransportReadProps) bool {
+	if !strings.EqualFold(props.Transport, TransportUDP) || props.LocalAddr == nil {
+		return false
+	}
+	for _, b := range s.listeners {
+		if b.udp != nil && b.udp.LocalAddr() == props.LocalAddr {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) onUnhandledResponse(res *sip.Response) {
@@ -297,6 +320,7 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	}
 	s.mu.Unlock()
 	wrapped := func(req *sip.Request, tx sip.ServerTransaction) {
+		s.txs.track(tx)
 		stx := s.WrapTx(tx)
 		if method == sip.INVITE && s.draining.Load() && !hasToTag(req) {
 			res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
@@ -319,7 +343,21 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 
 // HandleNoRoute sets the handler for methods nobody registered.
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
-	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) { h(req, s.WrapTx(tx)) })
+	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) {
+		s.txs.track(tx)
+		h(req, s.WrapTx(tx))
+	})
+}
+
+// methodNotAllowed answers a method nobody handles until HandleNoRoute
+// sets another handler (RFC 3261 8.2.1: 405 with Allow).
+func (s *Server) methodNotAllowed(req *sip.Request, tx sip.ServerTransaction) {
+	s.txs.track(tx)
+	res := sip.NewResponseFromRequest(req, sip.StatusMethodNotAllowed, "Method Not Allowed", nil)
+	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
+	if err := s.WrapTx(tx).Respond(res); err != nil {
+		s.log.Debug("respond 405", "err", err)
+	}
 }
 
 func hasToTag(req *sip.Request) bool {
@@ -341,6 +379,7 @@ func (s *Server) Allow() string {
 }
 
 func (s *Server) handleOptions(req *sip.Request, tx sip.ServerTransaction) {
+	s.txs.track(tx)
 	s.mu.RLock()
 	inDialog := s.inDialogOptions
 	s.mu.RUnlock()
@@ -348,12 +387,17 @@ func (s *Server) handleOptions(req *sip.Request, tx sip.ServerTransaction) {
 		inDialog(req, tx)
 		return
 	}
+	if err := s.WrapTx(tx).Respond(s.optionsResponse(req)); err != nil {
+		s.log.Debug("respond to OPTIONS", "err", err)
+	}
+}
+
+// optionsResponse is the 200 to an out-of-dialog OPTIONS.
+func (s *Server) optionsResponse(req *sip.Request) *sip.Response {
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
 	res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
-	if err := s.WrapTx(tx).Respond(res); err != nil {
-		s.log.Debug("respond to OPTIONS", "err", err)
-	}
+	return res
 }
 
 // Drain makes new INVITEs get 503 while dialogs in progress continue.
@@ -496,7 +540,7 @@ func (s *Server) Run(ctx context.Context) error {
 			var err error
 			switch b.Transport {
 			case TransportUDP:
-				err = s.srv.ServeUDP(b.udp)
+				err = s.serveUDP(b)
 			case TransportTCP:
 				err = s.srv.ServeTCP(b.tcp)
 			}

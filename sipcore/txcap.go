@@ -1,0 +1,74 @@
+package sipcore
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+// txTracker counts the server transactions handed to handlers, by key, until
+// each terminates. The UDP readers consult it to refuse new requests past
+// the cap (Options.MaxServerTransactions) while still passing retransmissions
+// of open transactions to the stack.
+type txTracker struct {
+	max  int
+	n    atomic.Int64 // len(open), read without the lock on every packet
+	mu   sync.Mutex
+	open map[string]*sip.ServerTx
+}
+
+func newTxTracker(max int) *txTracker {
+	return &txTracker{max: max, open: make(map[string]*sip.ServerTx)}
+}
+
+// track records tx until it terminates. Tracking the same transaction twice
+// (a handler wrapping another) is harmless.
+func (t *txTracker) track(tx sip.ServerTransaction) {
+	if w, ok := tx.(serverTx); ok {
+		tx = w.ServerTransaction
+	}
+	stx, ok := tx.(*sip.ServerTx)
+	if !ok {
+		return
+	}
+	key := stx.Key()
+	t.mu.Lock()
+	if t.open[key] == stx {
+		t.mu.Unlock()
+		return
+	}
+	t.open[key] = stx
+	t.n.Store(int64(len(t.open)))
+	t.mu.Unlock()
+	// The callback runs under the transaction's own locks: it must only
+	// touch the tracker.
+	if !stx.OnTerminate(func(string, error) { t.forget(key, stx) }) {
+		t.forget(key, stx)
+	}
+}
+
+// forget drops key when it still names stx (a later transaction may reuse
+// the key of one that ended).
+func (t *txTracker) forget(key string, stx *sip.ServerTx) {
+	t.mu.Lock()
+	if t.open[key] == stx {
+		delete(t.open, key)
+		t.n.Store(int64(len(t.open)))
+	}
+	t.mu.Unlock()
+}
+
+// full reports whether the cap is reached.
+func (t *txTracker) full() bool { return t.n.Load() >= int64(t.max) }
+
+// has reports whether a transaction with key is open.
+func (t *txTracker) has(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.open[key]
+	return ok
+}
+
+// count is the number of open transactions.
+func (t *txTracker) count() int { return int(t.n.Load()) }
