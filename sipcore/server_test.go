@@ -14,7 +14,7 @@ import (
 	"pbx/sipcore"
 )
 
-func run(t *testing.T, opts sipcore.Options) *sipcore.Server {
+func run(t testing.TB, opts sipcore.Options) *sipcore.Server {
 	t.Helper()
 	s, err := sipcore.New(opts, nil)
 	if err != nil {

@@ -53,7 +53,7 @@ func receive(t *testing.T, c *net.UDPConn, from netip.AddrPort, wait time.Durati
 
 func local(c *net.UDPConn) netip.AddrPort { return c.LocalAddr().(*net.UDPAddr).AddrPort() }
 
-func udpServer(t *testing.T, opts sipcore.Options) (*sipcore.Server, netip.AddrPort) {
+func udpServer(t testing.TB, opts sipcore.Options) (*sipcore.Server, netip.AddrPort) {
 	t.Helper()
 	opts.Listeners = []sipcore.Listener{{ID: "main", Transport: "udp", BindHost: "127.0.0.1"}}
 	s := run(t, opts)
