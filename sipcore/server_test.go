@@ -14,11 +14,16 @@ import (
 	"pbx/sipcore"
 )
 
-func run(t testing.TB, opts sipcore.Options) *sipcore.Server {
+// run builds a server, lets setup register handlers, and serves it until
+// the test ends.
+func run(t testing.TB, opts sipcore.Options, setup ...func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
 	s, err := sipcore.New(opts, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -53,10 +53,10 @@ func receive(t *testing.T, c *net.UDPConn, from netip.AddrPort, wait time.Durati
 
 func local(c *net.UDPConn) netip.AddrPort { return c.LocalAddr().(*net.UDPAddr).AddrPort() }
 
-func udpServer(t testing.TB, opts sipcore.Options) (*sipcore.Server, netip.AddrPort) {
+func udpServer(t testing.TB, opts sipcore.Options, setup ...func(*sipcore.Server)) (*sipcore.Server, netip.AddrPort) {
 	t.Helper()
 	opts.Listeners = []sipcore.Listener{{ID: "main", Transport: "udp", BindHost: "127.0.0.1"}}
-	s := run(t, opts)
+	s := run(t, opts, setup...)
 	addr, _ := s.Addr("main")
 	return s, addr
 }
@@ -112,9 +112,10 @@ func TestOversizeDatagramAnswered513OrDropped(t *testing.T) {
 }
 
 func TestTransactionCapRefused503(t *testing.T) {
-	s, addr := udpServer(t, sipcore.Options{MaxServerTransactions: 3})
-	s.Handle(sip.MESSAGE, func(req *sip.Request, tx sip.ServerTransaction) {
-		_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+	s, addr := udpServer(t, sipcore.Options{MaxServerTransactions: 3}, func(s *sipcore.Server) {
+		s.Handle(sip.MESSAGE, func(req *sip.Request, tx sip.ServerTransaction) {
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+		})
 	})
 	c := udpClient(t)
 	for i := range 3 {
