@@ -320,7 +320,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	}
 	s.mu.Unlock()
 	wrapped := func(req *sip.Request, tx sip.ServerTransaction) {
-		s.txs.track(tx)
+		if !s.admitTx(req, tx) {
+			return
+		}
 		stx := s.WrapTx(tx)
 		if method == sip.INVITE && s.draining.Load() && !hasToTag(req) {
 			res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
@@ -344,7 +346,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 // HandleNoRoute sets the handler for methods nobody registered.
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) {
-		s.txs.track(tx)
+		if !s.admitTx(req, tx) {
+			return
+		}
 		h(req, s.WrapTx(tx))
 	})
 }
@@ -352,7 +356,9 @@ func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 // methodNotAllowed answers a method nobody handles until HandleNoRoute
 // sets another handler (RFC 3261 8.2.1: 405 with Allow).
 func (s *Server) methodNotAllowed(req *sip.Request, tx sip.ServerTransaction) {
-	s.txs.track(tx)
+	if !s.admitTx(req, tx) {
+		return
+	}
 	res := sip.NewResponseFromRequest(req, sip.StatusMethodNotAllowed, "Method Not Allowed", nil)
 	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
 	if err := s.WrapTx(tx).Respond(res); err != nil {
@@ -379,7 +385,9 @@ func (s *Server) Allow() string {
 }
 
 func (s *Server) handleOptions(req *sip.Request, tx sip.ServerTransaction) {
-	s.txs.track(tx)
+	if !s.admitTx(req, tx) {
+		return
+	}
 	s.mu.RLock()
 	inDialog := s.inDialogOptions
 	s.mu.RUnlock()

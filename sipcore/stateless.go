@@ -75,6 +75,7 @@ func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
 	u.reply(req, res, src)
 	u.s.stats.refusedOverCap.Add(1)
+	u.s.noteOverload()
 	return true
 }
 

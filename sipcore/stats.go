@@ -1,6 +1,13 @@
 package sipcore
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
+
+// overloadLogEvery spaces the warnings about requests refused past the
+// transaction cap.
+const overloadLogEvery = time.Minute
 
 // Stats are the SIP core's sizes and load-shedding counters.
 type Stats struct {
@@ -29,6 +36,19 @@ type counters struct {
 	refusedOverCap, versionRejected, badVersionDropped atomic.Uint64
 	tooLarge, tooLargeDropped, statelessOptions        atomic.Uint64
 	malformedDropped, queueDropped, readErrors         atomic.Uint64
+	overloadLogged                                     atomic.Int64 // unix ns of the last warning
+}
+
+// noteOverload logs, at most once per overloadLogEvery, that requests are
+// being refused past the transaction cap.
+func (s *Server) noteOverload() {
+	now := time.Now().UnixNano()
+	last := s.stats.overloadLogged.Load()
+	if now-last < int64(overloadLogEvery) || !s.stats.overloadLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("sip overload: new requests refused with 503 past the transaction cap",
+		"open", s.txs.count(), "cap", s.txs.max, "refused_total", s.stats.refusedOverCap.Load())
 }
 
 // Stats returns the current sizes and counters.

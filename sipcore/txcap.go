@@ -1,6 +1,7 @@
 package sipcore
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -72,3 +73,25 @@ func (t *txTracker) has(key string) bool {
 
 // count is the number of open transactions.
 func (t *txTracker) count() int { return int(t.n.Load()) }
+
+// admitTx counts tx against the transaction cap and answers 505 to a
+// request whose SIP version is not 2.0 (RFC 3261 21.5.6; over UDP the
+// readers answer it before a transaction exists, this catches TCP). It
+// reports whether the handler should go on.
+func (s *Server) admitTx(req *sip.Request, tx sip.ServerTransaction) bool {
+	s.txs.track(tx)
+	if strings.EqualFold(req.SipVersion, sipVersion) {
+		return true
+	}
+	if req.IsAck() {
+		return false
+	}
+	res := sip.NewResponseFromRequest(req, sip.StatusVersionNotSupported, "Version Not Supported", nil)
+	res.SipVersion = sipVersion
+	s.DecorateResponse(res)
+	if err := tx.Respond(res); err != nil {
+		s.log.Debug("respond 505", "err", err)
+	}
+	s.stats.versionRejected.Add(1)
+	return false
+}

@@ -231,3 +231,30 @@ func TestManySourcesKeepBoundedState(t *testing.T) {
 		t.Fatalf("PBX request from %v (%v), want the listener %v", from, err, addr)
 	}
 }
+
+func TestWrongSIPVersionOverTCPAnswered505(t *testing.T) {
+	s := run(t, sipcore.Options{Listeners: []sipcore.Listener{{ID: "t", Transport: "tcp", BindHost: "127.0.0.1"}}})
+	addr, _ := s.Addr("t")
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	msg := strings.Replace(string(request("OPTIONS", "SIP/3.0", "tcpv", local, "")), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := statusOf(string(buf[:n])); got != "SIP/2.0 505 Version Not Supported" {
+		t.Fatalf("answer %q", got)
+	}
+	if v := s.Stats().VersionRejected; v != 1 {
+		t.Fatalf("VersionRejected = %d", v)
+	}
+}
