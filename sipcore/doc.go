@@ -13,8 +13,15 @@
 //     (TCP) before the SIP parser, so a guard can drop abusive sources;
 //   - handler registration that adds the Server header to every response the
 //     handlers send and answers new INVITEs with 503 while draining;
-//   - an answer to OPTIONS outside a dialog (200 with Allow and Accept);
-//   - per-transport clients whose Via and Contact advertise the external host.
+//   - an answer to OPTIONS outside a dialog (200 with Allow and Accept),
+//     sent over UDP without a transaction;
+//   - per-transport clients whose Via and Contact advertise the external host;
+//   - bounded state under a flood (udp.go): UDP is read by sipcore's own
+//     readers, which answer 505 (SIP version not 2.0), 513 (datagram over
+//     UDPMaxMessage) and 503 with Retry-After past the cap on open server
+//     transactions (Options.MaxServerTransactions) before anything is kept,
+//     and feed sipgo through generations that let it forget the source
+//     addresses it learns. Server.Stats exposes the counts.
 //
 // Caveats:
 //

@@ -3,9 +3,8 @@ package sipcore
 import (
 	"net"
 	"net/netip"
+	"sync"
 	"time"
-
-	"github.com/emiago/sipgo/sip"
 )
 
 // udpGen is one generation of sipgo's UDP reader: a net.PacketConn whose
@@ -13,60 +12,50 @@ import (
 // listening socket. See the comment at the top of udp.go.
 type udpGen struct {
 	u       *udpListener
-	retired chan struct{}
-	last    netip.AddrPort // only touched by sipgo's single reader
+	started chan struct{} // closed on sipgo's first read: the pool maps the listener to it
+	once    sync.Once
+	// Only touched by sipgo's single reader of this generation:
+	last    netip.AddrPort
 	changes int
+	retire  bool // a successor took over; stop after udpRetireGrace
 }
 
 // startGeneration serves a new generation through sipgo and returns once
-// sipgo's pool maps the listener address to it, so the PBX's own requests
-// find the listening socket at every moment.
+// sipgo's pool maps the listener address to it (sipgo adds it before its
+// first read), so the PBX's own requests find the listening socket at every
+// moment.
 func (u *udpListener) startGeneration() {
-	g := &udpGen{u: u, retired: make(chan struct{})}
+	g := &udpGen{u: u, started: make(chan struct{})}
 	u.gens.Add(1)
 	go func() {
 		defer u.gens.Done()
 		if err := u.s.srv.ServeUDP(g); err != nil {
 			u.s.log.Warn("udp generation", "listener", u.laddr, "err", err)
 		}
+		g.once.Do(func() { close(g.started) })
 	}()
-	pool := u.s.ua.TransportLayer().Pool(TransportUDP)
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for !u.installed(pool, g) {
-		select {
-		case <-u.closed:
-			return
-		case <-t.C:
-		}
+	select {
+	case <-g.started:
+	case <-u.closed:
 	}
-}
-
-// installed reports whether pool maps the listener address to g.
-func (u *udpListener) installed(pool *sip.ConnectionPool, g *udpGen) bool {
-	c := pool.Get(u.laddr)
-	if c == nil {
-		return false
-	}
-	c.Ref(-1) // undo Get's reference; see Server.ConnectionOpen
-	uc, ok := c.(*sip.UDPConnection)
-	return ok && uc.PacketConn == g
 }
 
 // ReadFrom returns the next queued datagram. A retired generation returns
 // net.ErrClosed after udpRetireGrace, which makes sipgo forget the
 // addresses it learnt through it.
 func (g *udpGen) ReadFrom(p []byte) (int, net.Addr, error) {
-	select {
-	case <-g.u.closed:
-		return 0, nil, net.ErrClosed
-	case <-g.retired:
+	g.once.Do(func() { close(g.started) })
+	if g.retire {
 		t := time.NewTimer(udpRetireGrace)
 		defer t.Stop()
 		select {
 		case <-t.C:
 		case <-g.u.closed:
 		}
+		return 0, nil, net.ErrClosed
+	}
+	select {
+	case <-g.u.closed:
 		return 0, nil, net.ErrClosed
 	case pkt := <-g.u.queue:
 		// sipgo adds an address to its pool and its own map when the
@@ -76,7 +65,7 @@ func (g *udpGen) ReadFrom(p []byte) (int, net.Addr, error) {
 			g.changes++
 			if g.changes >= udpGenerationSources {
 				g.u.startGeneration()
-				close(g.retired)
+				g.retire = true
 			}
 		}
 		return copy(p, pkt.data), net.UDPAddrFromAddrPort(pkt.src), nil
