@@ -564,6 +564,10 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
+		s.releaseAfterOverload(gctx)
+		return nil
+	})
+	g.Go(func() error {
 		if s.waitServing(gctx) {
 			s.log.Info("sip listeners serving", "listeners", s.describe())
 			close(s.ready)
