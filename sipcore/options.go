@@ -79,7 +79,9 @@ type Options struct {
 
 	// MaxServerTransactions caps the server transactions open at once; a
 	// new request past the cap is answered 503 with Retry-After without
-	// creating one. 0 means DefaultMaxServerTransactions.
+	// creating one, unless its source recently got a 2xx (a phone that
+	// authenticated), which may use a reserve of a tenth of the cap more.
+	// 0 means DefaultMaxServerTransactions.
 	MaxServerTransactions int
 }
 

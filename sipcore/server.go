@@ -41,6 +41,7 @@ type Server struct {
 
 	parser *sip.Parser // for the UDP readers' stateless answers
 	txs    *txTracker
+	known  *knownSources
 	stats  counters
 
 	ready     chan struct{}
@@ -98,7 +99,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
-		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions())}
+		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {

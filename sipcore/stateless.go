@@ -56,8 +56,9 @@ func (u *udpListener) options(data []byte, src netip.AddrPort) bool {
 
 // refuseOverCap answers 503 with Retry-After to a request that would open a
 // server transaction past the cap, and reports whether it did. ACK and
-// CANCEL (which belong to an INVITE transaction) and retransmissions of an
-// open transaction go on to the stack.
+// CANCEL (which belong to an INVITE transaction), retransmissions of an
+// open transaction and, within the reserve, requests from known sources
+// (knownSources) go on to the stack.
 func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 	req, ok := u.parseRequest(data, src)
 	if !ok {
@@ -69,6 +70,9 @@ func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 	}
 	key, err := sip.ServerTxKeyMake(req)
 	if err != nil || u.s.txs.has(key) {
+		return false
+	}
+	if !u.s.txs.fullForKnown() && u.s.known.has(netip.AddrPortFrom(src.Addr().Unmap(), src.Port())) {
 		return false
 	}
 	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)

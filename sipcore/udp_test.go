@@ -111,15 +111,20 @@ func TestOversizeDatagramAnswered513OrDropped(t *testing.T) {
 	}
 }
 
+// TestTransactionCapRefused503: with a cap of 3, a fourth transaction from
+// a new source is refused 503 with Retry-After; a source that got a 2xx
+// (a phone that authenticated) may use the reserve (a tenth of the cap, here
+// one) and is refused after it; retransmissions of open transactions and
+// keep-alive OPTIONS are still answered.
 func TestTransactionCapRefused503(t *testing.T) {
 	s, addr := udpServer(t, sipcore.Options{MaxServerTransactions: 3}, func(s *sipcore.Server) {
 		s.Handle(sip.MESSAGE, func(req *sip.Request, tx sip.ServerTransaction) {
 			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
 		})
 	})
-	c := udpClient(t)
+	known, stranger := udpClient(t), udpClient(t)
 	for i := range 3 {
-		if res := send(t, c, addr, request("MESSAGE", "SIP/2.0", fmt.Sprintf("cap%d", i), local(c), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+		if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", fmt.Sprintf("cap%d", i), local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 			t.Fatalf("MESSAGE %d under the cap: %q", i, statusOf(res))
 		}
 	}
@@ -127,21 +132,27 @@ func TestTransactionCapRefused503(t *testing.T) {
 	if n := s.Stats().OpenTransactions; n != 3 {
 		t.Fatalf("OpenTransactions = %d, want 3", n)
 	}
-	res := send(t, c, addr, request("MESSAGE", "SIP/2.0", "cap3", local(c), "hi"), 5*time.Second)
+	res := send(t, stranger, addr, request("MESSAGE", "SIP/2.0", "cap3", local(stranger), "hi"), 5*time.Second)
 	if statusOf(res) != "SIP/2.0 503 Service Unavailable" || !strings.Contains(res, "Retry-After: 10") {
-		t.Fatalf("past the cap: %q", res)
+		t.Fatalf("new source past the cap: %q", res)
+	}
+	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap4", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+		t.Fatalf("known source within the reserve: %q", statusOf(res))
+	}
+	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap5", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 503 Service Unavailable" {
+		t.Fatalf("known source past the reserve: %q", statusOf(res))
 	}
 	// A retransmission of an open transaction is still answered by it.
-	if res := send(t, c, addr, request("MESSAGE", "SIP/2.0", "cap0", local(c), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap0", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("retransmission past the cap: %q", statusOf(res))
 	}
 	// Keep-alive OPTIONS need no transaction and are answered regardless.
-	if res := send(t, c, addr, request("OPTIONS", "SIP/2.0", "capo", local(c), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, stranger, addr, request("OPTIONS", "SIP/2.0", "capo", local(stranger), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("OPTIONS past the cap: %q", statusOf(res))
 	}
 	st := s.Stats()
-	if st.RefusedOverCap != 1 || st.OpenTransactions != 3 {
-		t.Fatalf("RefusedOverCap %d OpenTransactions %d, want 1 and 3", st.RefusedOverCap, st.OpenTransactions)
+	if st.RefusedOverCap != 2 || st.OpenTransactions != 4 {
+		t.Fatalf("RefusedOverCap %d OpenTransactions %d, want 2 and 4", st.RefusedOverCap, st.OpenTransactions)
 	}
 }
 
