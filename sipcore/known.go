@@ -10,7 +10,7 @@ import (
 // response through a server transaction: phones that registered or called
 // with valid credentials. A spoofed flood cannot earn one (it never sees the
 // challenge), so past the transaction cap these sources may still open
-// transactions, up to a reserve of a tenth of the cap: a legitimate phone
+// transactions, up to a reserve of a quarter of the cap: a legitimate phone
 // keeps registering through a REGISTER flood that fills the cap.
 //
 // Two maps, swapped every knownTTL or when the current one holds

@@ -80,7 +80,9 @@ type Options struct {
 	// MaxServerTransactions caps the server transactions open at once; a
 	// new request past the cap is answered 503 with Retry-After without
 	// creating one, unless its source recently got a 2xx (a phone that
-	// authenticated), which may use a reserve of a tenth of the cap more.
+	// authenticated), which may use a reserve of a quarter of the cap more
+	// (the count lags a flood by the requests in flight, so the reserve is
+	// generous).
 	// 0 means DefaultMaxServerTransactions.
 	MaxServerTransactions int
 }

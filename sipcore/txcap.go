@@ -79,8 +79,8 @@ func (t *txTracker) takePeak() (peak, now int) {
 func (t *txTracker) full() bool { return t.n.Load() >= int64(t.max) }
 
 // fullForKnown reports whether the cap and the reserve kept for known
-// sources (a tenth of the cap) are both used up.
-func (t *txTracker) fullForKnown() bool { return t.n.Load() >= int64(t.max+max(t.max/10, 1)) }
+// sources (a quarter of the cap) are both used up.
+func (t *txTracker) fullForKnown() bool { return t.n.Load() >= int64(t.max+max(t.max/4, 1)) }
 
 // has reports whether a transaction with key is open.
 func (t *txTracker) has(key string) bool {

@@ -113,7 +113,7 @@ func TestOversizeDatagramAnswered513OrDropped(t *testing.T) {
 
 // TestTransactionCapRefused503: with a cap of 3, a fourth transaction from
 // a new source is refused 503 with Retry-After; a source that got a 2xx
-// (a phone that authenticated) may use the reserve (a tenth of the cap, here
+// (a phone that authenticated) may use the reserve (a quarter of the cap, here
 // one) and is refused after it; retransmissions of open transactions and
 // keep-alive OPTIONS are still answered.
 func TestTransactionCapRefused503(t *testing.T) {
