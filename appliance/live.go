@@ -28,6 +28,8 @@ var callEvents = map[b2bua.EventKind]events.Type{
 	b2bua.EventCreated:  events.CallCreated,
 	b2bua.EventRinging:  events.CallRinging,
 	b2bua.EventAnswered: events.CallAnswered,
+	b2bua.EventHeld:     events.CallHeld, // its data says held: true
+	b2bua.EventResumed:  events.CallHeld, // and held: false
 	b2bua.EventEnded:    events.CallEnded,
 }
 

@@ -322,14 +322,27 @@ func (c *Call) markBye(leg *outLeg) {
 	c.requestEnd("bye")
 }
 
+// setHoldState records whether the call is on hold after an offer/answer,
+// suspends the media timeout while it is (a held party sends nothing), and
+// tells the observer when the state changed.
 func (c *Call) setHoldState(hold bool) {
-	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
-		return
+	c.mu.Lock()
+	changed := c.info.Held != hold
+	c.info.Held = hold
+	c.mu.Unlock()
+	if c.m.opts.MediaTimeout > 0 && c.session != nil {
+		if hold {
+			c.session.SetMediaTimeout(0)
+		} else {
+			c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+		}
 	}
-	if hold {
-		c.session.SetMediaTimeout(0)
-	} else {
-		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	if changed {
+		kind := EventResumed
+		if hold {
+			kind = EventHeld
+		}
+		c.event(kind, nil)
 	}
 }
 

@@ -218,6 +218,7 @@ type CallInfo struct {
 	SIPStatus  int       `json:"sip_status,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	AnsweredBy string    `json:"answered_by,omitempty"`
+	Held       bool      `json:"held,omitempty"` // on hold (a sendonly or inactive offer or answer)
 	Legs       []LegInfo `json:"legs"`
 }
 
@@ -230,6 +231,8 @@ const (
 	EventRinging  EventKind = "ringing"
 	EventAnswered EventKind = "answered"
 	EventLegEnded EventKind = "leg_ended"
+	EventHeld     EventKind = "held"    // a party put the call on hold
+	EventResumed  EventKind = "resumed" // the hold ended
 	EventEnded    EventKind = "ended"
 )
 
