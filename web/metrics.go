@@ -33,6 +33,7 @@ type metrics struct {
 	ended    *prometheus.CounterVec
 	setup    prometheus.Histogram
 	dropped  prometheus.Counter
+	sub      *events.Subscription // calls, from the event bus; nil without one
 }
 
 func newMetrics(b api.Backends) *metrics {
@@ -49,6 +50,12 @@ func newMetrics(b api.Backends) *metrics {
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pbx_metrics_events_dropped_total", Help: "Call events the metrics lost to a full queue (their counts are low by as many).",
 	})
+	if b.Events != nil {
+		// Subscribed now, so no call is missed before the server runs.
+		m.sub = b.Events.Subscribe(4096, func(e events.Event) bool {
+			return e.Type == events.CallAnswered || e.Type == events.CallEnded
+		})
+	}
 	m.reg.MustRegister(m.requests, m.ended, m.setup, m.dropped, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -70,12 +77,10 @@ func (m *metrics) observe(r *http.Request, code int) {
 
 // follow counts calls from the event bus until ctx ends.
 func (m *metrics) follow(ctx context.Context) {
-	if m.b.Events == nil {
+	sub := m.sub
+	if sub == nil {
 		return
 	}
-	sub := m.b.Events.Subscribe(4096, func(e events.Event) bool {
-		return e.Type == events.CallAnswered || e.Type == events.CallEnded
-	})
 	defer sub.Close()
 	// A call between tenants is published once for each tenant's side:
 	// count it once.
