@@ -162,7 +162,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
 
-	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax}
+	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
+		Quarantine: sys.Media.PortQuarantine.D()}
+	if mediaOpts.Quarantine == 0 {
+		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
+	}
 	if sys.Media.ExternalIP != "" {
 		mediaOpts.AdvertiseIP, _ = netip.ParseAddr(sys.Media.ExternalIP)
 	}

@@ -122,8 +122,11 @@ type mediaSource struct{ e *rtpcore.Engine }
 
 func (m mediaSource) Media(ctx context.Context) (api.MediaTotals, error) {
 	t := m.e.Totals()
+	st := m.e.Stats()
 	return api.MediaTotals{
-		Legs: t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
+		PortsInUse: st.PortsInUse, PortsResting: st.PortsQuarantined, PortsFree: st.PortsTotal - st.PortsInUse - st.PortsQuarantined,
+		PortsExhausted: st.PortsExhausted,
+		Legs:           t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
 		PacketsLost: t.PacketsLost, Strays: t.Strays,
 		Jitter: histogram(rtpcore.JitterBounds[:], t.JitterCounts[:], t.JitterSum),
 	}, nil

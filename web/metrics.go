@@ -147,6 +147,8 @@ var (
 	descRTPLost     = prometheus.NewDesc("pbx_rtp_packets_lost_total", "RTP packets lost before reaching the PBX (sequence gaps).", nil, nil)
 	descRTPLegs     = prometheus.NewDesc("pbx_rtp_legs_total", "Media legs opened.", nil, nil)
 	descRTPStrays   = prometheus.NewDesc("pbx_rtp_stray_packets_total", "Packets from other sources than a leg's latched one, dropped.", nil, nil)
+	descRTPPorts    = prometheus.NewDesc("pbx_rtp_ports", "RTP port pairs of the range by state: in_use, resting (after release), free.", []string{"state"}, nil)
+	descRTPExhaust  = prometheus.NewDesc("pbx_rtp_ports_exhausted_total", "Media legs refused because no RTP port could be bound (the call got 503).", nil, nil)
 	descRTPJitter   = prometheus.NewDesc("pbx_rtp_jitter_seconds", "Interarrival jitter of each closed media leg that received audio.", nil, nil)
 	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
 	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
@@ -156,7 +158,7 @@ var (
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
-		descRTPJitter, descCDRCommits, descCDRSeconds, descCDRPending} {
+		descRTPPorts, descRTPExhaust, descRTPJitter, descCDRCommits, descCDRSeconds, descCDRPending} {
 		ch <- d
 	}
 }
@@ -233,6 +235,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRTPLost, t.PacketsLost)
 			counter(descRTPLegs, t.Legs)
 			counter(descRTPStrays, t.Strays)
+			gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
+			gauge(descRTPPorts, float64(t.PortsResting), "resting")
+			gauge(descRTPPorts, float64(t.PortsFree), "free")
+			counter(descRTPExhaust, t.PortsExhausted)
 			ch <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
 		}
 	}

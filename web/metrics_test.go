@@ -25,7 +25,7 @@ import (
 type fakeMedia struct{}
 
 func (fakeMedia) Media(context.Context) (api.MediaTotals, error) {
-	return api.MediaTotals{Legs: 4, PacketsIn: 1000, PacketsOut: 990, PacketsLost: 10,
+	return api.MediaTotals{Legs: 4, PacketsIn: 1000, PacketsOut: 990, PacketsLost: 10, PortsInUse: 4, PortsResting: 6, PortsFree: 90, PortsExhausted: 3,
 		Jitter: api.Histogram{Buckets: map[float64]uint64{0.001: 1, 0.002: 2}, Count: 2, Sum: 0.003}}, nil
 }
 
@@ -105,6 +105,8 @@ func TestMetrics(t *testing.T) {
 		{"pbx_guard_bans_active", nil, 1},
 		{"pbx_rtp_packets_total", []string{"direction", "in"}, 1000},
 		{"pbx_rtp_packets_lost_total", nil, 10},
+		{"pbx_rtp_ports", []string{"state", "free"}, 90},
+		{"pbx_rtp_ports_exhausted_total", nil, 3},
 		{"pbx_rtp_jitter_seconds", nil, 2},
 		{"pbx_cdr_commits_total", nil, 7},
 		{"pbx_cdr_pending", nil, 2},

@@ -23,6 +23,10 @@ type MediaTotals struct {
 	PacketsLost uint64
 	Strays      uint64
 	Jitter      Histogram // of closed legs that received audio
+	// Ports of the RTP range: handed out, resting after release, free; and
+	// allocations refused because none could be bound.
+	PortsInUse, PortsResting, PortsFree int
+	PortsExhausted                      uint64
 }
 
 // MediaSource reads the media relay's counters.
