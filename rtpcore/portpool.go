@@ -12,8 +12,8 @@ import (
 
 // Port range and quarantine defaults.
 const (
-	DefaultPortMin    = 10000
-	DefaultPortMax    = 20000
+	DefaultPortMin = 10000
+	DefaultPortMax = 20000
 	// DefaultQuarantine is short: at 200 ms the default range's 5,000 port
 	// pairs carry 2,000 one-second calls a second (two legs each), and the
 	// far ends of a call that ended stop sending well within it; a stray
