@@ -7,7 +7,7 @@ QUICKSTART := packaging/quickstart
 
 # Debian packages the tests drive as real peers: SIPp plays phones and carriers,
 # sipvicious (svcrack) the password guesser the security guard must ban.
-TEST_DEBS := sip-tester:sipp sipvicious:svcrack
+TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec chromium:chromium
 # ... and what the benchmarks add: wrk loads the HTTP API.
 BENCH_DEBS := $(TEST_DEBS) wrk:wrk
 
@@ -48,9 +48,15 @@ test-deps bench-deps:
 bench: bench-deps build
 	PBX_BIN=$(CURDIR)/bin $(GO) test -p 1 -run '^$$' -bench . -benchmem -timeout 30m ./...
 
+# staticcheck is run at a pinned version from the module proxy, so every machine
+# checks with the same rules without installing it first.
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.0
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+	$(GO) mod tidy -diff
 
 package: build
 	VERSION='$(VERSION)' packaging/build-packages.sh

@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/datadir"
+	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -60,6 +61,8 @@ type Appliance struct {
 	calls  *b2bua.Manager
 	trunks *trunk.Manager
 	web    *web.Server
+	bus    *events.Bus
+	src    *apiSources
 	closed sync.Once
 }
 
@@ -74,9 +77,10 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		opts.Getenv = os.Getenv
 	}
 	a = &Appliance{opts: opts, log: log, cfg: cfg}
+	built := a // an error return sets a to nil
 	defer func() {
 		if err != nil {
-			a.Close()
+			built.Close()
 			a = nil
 		}
 	}()
@@ -93,7 +97,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			return nil, err
 		}
 		if sys.CDR.Enabled {
-			a.cdr, err = cdr.New(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}, log.With("component", "cdr"))
+			a.cdr, err = cdr.New(cdrTestKnobs(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}), log.With("component", "cdr"))
 			if err != nil {
 				return nil, err
 			}
@@ -108,14 +112,23 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		}
 	}
 	a.dir = tenant.New(cfg)
+	a.bus = events.New(0)
+	lv := live{a.bus}
 	// The guard always runs: disabled, it admits everything but still counts.
-	if a.guard, err = guard.New(guard.Options{Security: sys.Security}, log.With("component", "guard")); err != nil {
+	accounts := guard.AccountOptions{Tenant: sipDirectory{a.dir}.tenantOf}
+	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts, OnBan: lv.ban, OnLift: lv.lift}, log.With("component", "guard")); err != nil {
 		return nil, fmt.Errorf("security: %w", err)
 	}
 	a.limits = guard.NewLimiter(cfg, nil)
+	if a.db != nil {
+		// Beyond the specification: the minutes budgets survive a restart.
+		if err := a.limits.Persist(a.db.Minutes()); err != nil {
+			return nil, fmt.Errorf("security limits: %w", err)
+		}
+	}
 
 	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
-	sip.SetDefaultLogger(log.With("component", "sipgo"))
+	sip.SetDefaultLogger(sipcore.SIPStackLogger(log.With("component", "sipgo")))
 	var listeners []sipcore.Listener
 	for _, l := range sys.SIP.Transports {
 		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})
@@ -126,15 +139,21 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		ContactUser:  *sys.SIP.ContactUser,
 		ExternalHost: sys.SIP.ExternalHost,
 		Admit:        a.guard.Admit,
+		TCP: sipcore.TCPOptions{
+			IdleTimeout:    sys.SIP.TCP.IdleTimeout.D(),
+			MaxConnections: sys.SIP.TCP.MaxConnections,
+			MaxPerSource:   sys.SIP.TCP.MaxPerSource,
+		},
 	}, log.With("component", "sip")); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}
 
-	auth, err := registrar.NewAuth(registrar.AuthOptions{}, sipDirectory{a.dir})
+	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: sys.SIP.DigestAlgorithms}, sipDirectory{a.dir})
 	if err != nil {
 		return nil, err
 	}
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: a.guard.OnAuthFailure}
+	onAuthFailure := logAuthFailures(log.With("component", "sip"), a.guard.OnAuthFailure)
+	regOpts := registrar.Options{Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip, OnChange: lv.binding}
 	if a.db != nil {
 		regOpts.Store = a.db.Registrations()
 	}
@@ -143,7 +162,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
 
-	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax}
+	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
+		Quarantine: sys.Media.PortQuarantine.D()}
+	if mediaOpts.Quarantine == 0 {
+		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
+	}
 	if sys.Media.ExternalIP != "" {
 		mediaOpts.AdvertiseIP, _ = netip.ParseAddr(sys.Media.ExternalIP)
 	}
@@ -154,7 +177,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip}, log.With("component", "trunks")); err != nil {
+	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
@@ -164,6 +187,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	obs = append(obs, rt.steps) // after the call log, which reads the steps
 	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
+	obs = append(obs, lv)       // publishes on the event bus; nothing else joins this chain
 	if a.calls, err = b2bua.New(b2bua.Options{
 		SIP:           a.sip,
 		Media:         a.media,
@@ -173,16 +197,26 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
-		OnAuthFailure: a.guard.OnAuthFailure,
+		OnAuthFailure: onAuthFailure,
+		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}
+	limitsLog := log.With("component", "limits")
+	a.limits.OnExhausted(func(id b2bua.CallID, err error) {
+		limitsLog.Info("call cut: outbound minutes spent", "call", id, "err", err)
+		_ = a.calls.End(id, err.Error())
+	})
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks}
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr}
+	a.src = src
 	backends := src.backends()
 	backends.Guard = guardSource{a.guard}
+	backends.Events = a.bus
+	backends.Media = mediaSource{a.media}
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
+		backends.CallLogStats = callLogStats{a.cdr}
 	}
 	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -224,6 +258,8 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
+	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {
 		// Registrations leave from the listening sockets, once they serve.
 		select {
@@ -274,9 +310,20 @@ func (a *Appliance) Drain() {
 // ActiveCalls is the number of calls in progress.
 func (a *Appliance) ActiveCalls() int { return a.calls.Active() }
 
+// ErrReloadRefused wraps the reasons a reload that validated is still not
+// applied: SIGHUP changes the API credential set only, so a configuration that
+// turns the API off (or on) needs a restart, and the running set stays.
+var ErrReloadRefused = errors.New("reload refused")
+
+// ErrNothingToReload is returned by Reload when the API is off before and
+// after: there is no credential set to reload.
+var ErrNothingToReload = errors.New("nothing to reload: the API is off, and SIGHUP reloads the API credentials only")
+
 // Reload re-reads the configuration and applies only the API credential set. A
 // configuration with problems leaves the running set in place; the problems are
-// returned (and logged by the caller).
+// returned (and logged by the caller). A configuration whose api.enabled
+// differs from the running one is refused with an error wrapping
+// ErrReloadRefused, never reported as reloaded.
 func (a *Appliance) Reload() (*config.Report, error) {
 	_ = sdnotify.Reloading()
 	defer sdnotify.Ready()
@@ -287,8 +334,13 @@ func (a *Appliance) Reload() (*config.Report, error) {
 	if !rep.OK() {
 		return rep, nil
 	}
-	if !cfg.System.API.Enabled || !a.web.Enabled() {
-		return rep, nil
+	switch running, wanted := a.web.Enabled(), cfg.System.API.Enabled; {
+	case running && !wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: false; SIGHUP reloads the API credentials only, so turning the API off needs a restart", ErrReloadRefused)
+	case !running && wanted:
+		return nil, fmt.Errorf("%w: the new configuration sets api.enabled: true but the API is not running; turning it on needs a restart", ErrReloadRefused)
+	case !running:
+		return nil, ErrNothingToReload
 	}
 	if err := a.web.SetCredentials(cfg.System.API.Tokens); err != nil {
 		return nil, err
@@ -310,6 +362,9 @@ func (a *Appliance) Close() error {
 			errs = append(errs, a.reg.Close())
 		}
 		if a.db != nil {
+			if a.limits != nil {
+				errs = append(errs, a.limits.Flush()) // the minutes of calls ended at shutdown
+			}
 			errs = append(errs, a.db.Close())
 		}
 		if a.lock != nil {
@@ -324,7 +379,7 @@ func trunkSpecs(trunks []*config.Trunk) []trunk.Trunk {
 	out := make([]trunk.Trunk, 0, len(trunks))
 	for _, t := range trunks {
 		spec := trunk.Trunk{
-			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, Transport: t.Transport, ListenerID: t.TransportID,
+			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, SRV: !t.Meta.Has("port"), Transport: t.Transport, ListenerID: t.TransportID,
 			Username: t.Auth.Username, Password: t.Auth.Password.Reveal(),
 			Register: t.Registration.Enabled, Expiry: t.Registration.Expiry.D(), ContactUser: t.Registration.ContactUser,
 			AutoIPs: t.Inbound.AutoIPs,

@@ -1,7 +1,9 @@
 package appliance
 
 import (
+	"errors"
 	"log/slog"
+	"os"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -27,18 +29,48 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 		}
 		return
 	}
-	switch ev.Kind {
-	case b2bua.EventAnswered:
-		rec := l.record(&ev.Call)
-		if err := l.store.Answered(rec); err != nil {
-			l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+	if ev.Kind != b2bua.EventAnswered && ev.Kind != b2bua.EventEnded {
+		return
+	}
+	rec := l.record(&ev.Call)
+	// Each tenant that sees the call (both, on an inter-tenant call) gets
+	// its record under the call's id.
+	for _, sd := range sidesOf(&ev.Call) {
+		r := *rec
+		r.Tenant, r.Extension = sd.Tenant, sd.Extension
+		// A record that cannot be written (a full disk) is kept and
+		// retried by the store, which logs the backlog once a minute and
+		// reports it in /v1/status; so does a full backlog.
+		if ev.Kind == b2bua.EventAnswered {
+			if err := l.store.Answered(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
+				l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
+			}
+			continue
 		}
-	case b2bua.EventEnded:
-		rec := l.record(&ev.Call)
-		if err := l.store.Commit(rec); err != nil {
-			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", ev.Call.Tenant, "err", err)
+		if err := l.store.Commit(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
+			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
 		}
 	}
+}
+
+// Test knobs: the end-to-end tests shorten the marker refresh and the
+// retry backoff of the call record store, which the configuration does not
+// expose (the defaults are what an operator wants). Durations in Go syntax.
+const (
+	envCDRMarkerRefresh = "PBX_TEST_CDR_MARKER_REFRESH"
+	envCDRRetryMax      = "PBX_TEST_CDR_RETRY_MAX"
+)
+
+// cdrTestKnobs applies the test knobs set in the environment to o.
+func cdrTestKnobs(o cdr.Options) cdr.Options {
+	if d, err := time.ParseDuration(os.Getenv(envCDRMarkerRefresh)); err == nil && d > 0 {
+		o.MarkerRefresh = d
+	}
+	if d, err := time.ParseDuration(os.Getenv(envCDRRetryMax)); err == nil && d > 0 {
+		o.RetryMax = d
+		o.RetryMin = min(cdr.DefaultRetryMin, d)
+	}
+	return o
 }
 
 // record is recordOf with the call's routing steps. The last step that has
@@ -73,8 +105,7 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	rec.ID = cdr.ID(c.ID)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID
-	rec.From = c.From
-	rec.FromName = c.FromName
+	rec.From, rec.FromName = callerOf(c)
 	rec.To = c.To
 	rec.DID = c.DID
 	rec.Trunk = c.Trunk

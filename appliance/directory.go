@@ -25,3 +25,13 @@ func (d sipDirectory) Account(domain, username string) (registrar.Account, bool)
 		MaxContacts: a.MaxContacts,
 	}, true
 }
+
+// tenantOf names the tenant of an existing account, for the guard's count
+// of authentication failures per account.
+func (d sipDirectory) tenantOf(domain, username string) (string, bool) {
+	a, ok := d.dir.Account(domain, username)
+	if !ok {
+		return "", false
+	}
+	return string(a.Tenant), true
+}

@@ -18,9 +18,14 @@ func (s guardSource) Bans(ctx context.Context) ([]api.Ban, error) {
 	bans := s.g.Bans()
 	out := make([]api.Ban, 0, len(bans))
 	for _, b := range bans {
-		out = append(out, api.Ban{IP: b.IP.String(), Reason: b.Reason, Since: b.Since.UTC(), Until: b.Until.UTC(), Offences: b.Offences})
+		out = append(out, apiBan(b))
 	}
 	return out, nil
+}
+
+// apiBan is a ban as the management API shows it.
+func apiBan(b guard.Ban) api.Ban {
+	return api.Ban{IP: b.IP.String(), Reason: b.Reason, Since: b.Since.UTC(), Until: b.Until.UTC(), Offences: b.Offences}
 }
 
 func (s guardSource) Counters(ctx context.Context) (api.Counters, error) {
@@ -28,7 +33,9 @@ func (s guardSource) Counters(ctx context.Context) (api.Counters, error) {
 	return api.Counters{
 		Packets: c.Packets, Dropped: c.Dropped, Denied: c.Denied, RateLimited: c.RateLimited,
 		Banned: c.Banned, AuthFailure: c.AuthFailures, Oversize: c.Oversize, Untracked: c.Untracked,
-		BansIssued: c.BansIssued, BansActive: c.BansActive, Tracked: c.Tracked,
+		Evicted: c.Evicted, BansIssued: c.BansIssued, BansActive: c.BansActive, Tracked: c.Tracked,
+		AccountFailures: c.AccountFailures, AccountLocks: c.AccountLocks, AccountRefused: c.AccountRefused,
+		AccountsLocked: c.AccountsLocked,
 	}, nil
 }
 

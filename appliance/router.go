@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/guard"
+	"pbx/appliance/logging"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
@@ -37,10 +38,17 @@ type router struct {
 	limits *guard.Limiter // security.limits; nil means none
 	steps  *stepLog
 	log    *slog.Logger
+	// nameFallback is the From display name when the caller has none
+	// (sip.contactUser).
+	nameFallback string
 }
 
 func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager, limits *guard.Limiter, log *slog.Logger) *router {
-	return &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, limits: limits, steps: newStepLog(), log: log}
+	r := &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, limits: limits, steps: newStepLog(), log: log}
+	if cu := cfg.System.SIP.ContactUser; cu != nil {
+		r.nameFallback = *cu
+	}
+	return r
 }
 
 // identify trusts an INVITE from a trunk's source address without a
@@ -59,7 +67,7 @@ func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, b
 	from := req.From()
 	if from != nil && r.dir.ByDomain(from.Address.Host) == nil && r.dir.ByDomain(req.Recipient.Host) == nil {
 		err := fmt.Errorf("INVITE from %s: no trunk has this address and neither %q nor %q is a tenant's domain", src, from.Address.Host, req.Recipient.Host)
-		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err)
+		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err, logging.KindKey, "sip.call_refused")
 		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
 	}
 	return b2bua.Caller{}, false, nil
@@ -85,6 +93,9 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 		res = r.table.FromAccount(caller.Tenant, caller.Username, user, host)
 	}
 	dec := r.decide(in, &res)
+	if dec.Target != nil {
+		r.presented(in, dec.Target)
+	}
 	r.steps.put(in.ID, res.Steps)
 	return dec
 }
@@ -109,6 +120,9 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 		meta.Trunk = caller.Trunk
 	case res.Trunk != nil:
 		meta.Trunk = res.Trunk.Name
+	}
+	if res.Kind == routing.KindTrunk {
+		meta.Egress = b2bua.KindTrunk
 	}
 	// The record's extension: the one called, or on an outbound call the
 	// one calling.
@@ -177,20 +191,39 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	return b2bua.Decision{Target: target}
 }
 
-// rejectWith refuses the call and still hands b2bua the target's metadata
-// (tenant, direction, did, trunk) for the call record.
-// reserve takes the call's place under security.limits once the tenant is known;
-// the Limiter gives it back when the call ends. Concurrency limits answer 503 (the
-// caller may try later), outbound rate and minutes limits 403.
+// presented completes the caller identity once the legs are built (a
+// trunk's P-Asserted-Identity asserts only a configured name): with no
+// display name of its own the caller is presented as sip.contactUser. The
+// call record names the caller as its extension (or number) and the name
+// presented.
+func (r *router) presented(in *b2bua.Inbound, t *b2bua.Target) {
+	if t.CallerID.DisplayName == "" {
+		t.CallerID.DisplayName = r.nameFallback
+	}
+	t.Meta.From, t.Meta.FromName = in.From.User, t.CallerID.DisplayName
+	if in.Caller.Kind == b2bua.KindEndpoint && in.Caller.Extension != "" {
+		t.Meta.From = in.Caller.Extension
+	}
+}
+
+// reserve takes the call's place under security.limits once the tenant is
+// known; the Limiter gives it back when the call ends. A call that leaves on
+// a trunk is outbound there, also when it arrived on one. A phone's
+// per-account limit is its own tenant's, also when it calls another
+// tenant. Concurrency limits answer 503 (the caller may try later),
+// outbound rate and minutes limits 403.
 func (r *router) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejection {
 	if r.limits == nil || res.Tenant == "" {
 		return nil
 	}
-	account := "" // per-account limits apply to authenticated phones
-	if in.Caller.Kind == b2bua.KindEndpoint {
-		account = in.Caller.Username
+	claim := guard.Claim{Tenant: res.Tenant, Outbound: res.Kind == routing.KindTrunk}
+	if in.Caller.Kind == b2bua.KindEndpoint { // per-account limits apply to authenticated phones
+		claim.Account = in.Caller.Username
+		if in.Caller.Tenant != res.Tenant {
+			claim.CallerTenant = in.Caller.Tenant
+		}
 	}
-	err := r.limits.ReserveCall(in.ID, res.Tenant, account, res.Direction == routing.DirectionOutbound)
+	err := r.limits.ReserveCall(in.ID, claim)
 	if err == nil {
 		return nil
 	}
@@ -198,10 +231,12 @@ func (r *router) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejectio
 	if errors.Is(err, guard.ErrConcurrentCalls) || errors.Is(err, guard.ErrConcurrentPerAccount) {
 		status = sip.StatusServiceUnavailable
 	}
-	r.log.Info("call refused by limits", "tenant", res.Tenant, "account", account, "err", err)
+	r.log.Info("call refused by limits", "tenant", res.Tenant, "caller_tenant", claim.CallerTenant, "account", claim.Account, "err", err)
 	return &b2bua.Rejection{Status: status, Cause: b2bua.CauseRejected, Err: err}
 }
 
+// rejectWith refuses the call and still hands b2bua the target's metadata
+// (tenant, direction, did, trunk) for the call record.
 func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Decision {
 	t.Legs = nil
 	return b2bua.Decision{Reject: &b2bua.Rejection{Status: status, Cause: cause, Err: err}, Target: t}

@@ -28,12 +28,14 @@ spec:
     bindHost: 127.0.0.1
     transports: [udp, {transport: tcp, id: carrier-tcp}]
   defaultTrunk: tcp-carrier
+  allowInterTenant: true
 ---
 configVersion: pbx/v1
 kind: Tenant
 metadata: {name: demo}
 spec:
   domain: demo.test
+  allowInterTenant: true
   limits: {maxConcurrentPerAccount: 1}
   callerId: {number: "+15550100", name: Demo}
   ringGroups:
@@ -65,6 +67,24 @@ metadata: {name: main, tenant: demo}
 spec: {did: "+15550100", destination: {type: ring_group, target: seq}}
 ---
 configVersion: pbx/v1
+kind: Tenant
+metadata: {name: acme}
+spec:
+  domain: acme.test
+  allowInterTenant: true
+  limits: {maxConcurrentPerAccount: 5, maxOutboundPerMinute: 1}
+---
+configVersion: pbx/v1
+kind: Account
+metadata: {name: zed, tenant: acme}
+spec: {password: z-secret-1, extension: "200"}
+---
+configVersion: pbx/v1
+kind: InboundRoute
+metadata: {name: forward, tenant: acme}
+spec: {did: "+15550200", destination: {type: external, target: "0044207000"}}
+---
+configVersion: pbx/v1
 kind: Trunk
 metadata: {name: pinned}
 spec:
@@ -82,7 +102,7 @@ spec:
   auth: {username: acct, password: acct-secret}
 `
 
-// fixedBindings is a registrar store holding bob's and carol's phones.
+// fixedBindings is a registrar store holding bob's, carol's and zed's phones.
 type fixedBindings []registrar.Binding
 
 func (f fixedBindings) LoadBindings() ([]registrar.Binding, error)       { return f, nil }
@@ -108,10 +128,14 @@ func newTestRouter(t *testing.T) *router {
 	far := time.Now().Add(time.Hour)
 	binding := func(user, ext string, port int) registrar.Binding {
 		contact := "sip:" + user + "@127.0.0.1:" + strconv.Itoa(port)
-		return registrar.Binding{Tenant: "demo", Username: user, Extension: ext, Domain: "demo.test", Contact: contact,
+		tn := "demo"
+		if user == "zed" {
+			tn = "acme"
+		}
+		return registrar.Binding{Tenant: tn, Username: user, Extension: ext, Domain: tn + ".test", Contact: contact,
 			Source: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)), Transport: "udp", Expires: far, Updated: time.Now(), Since: time.Now()}
 	}
-	reg, err := registrar.New(registrar.Options{Auth: auth, Store: fixedBindings{binding("bob", "101", 7001), binding("carol", "102", 7002)}}, nil)
+	reg, err := registrar.New(registrar.Options{Auth: auth, Store: fixedBindings{binding("bob", "101", 7001), binding("carol", "102", 7002), binding("zed", "200", 7003)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +231,7 @@ func TestRouteOutboundTrunkLeg(t *testing.T) {
 	}
 	want := b2bua.Meta{Tenant: "demo", Direction: "outbound", Extension: "100", DID: "+15550100", Trunk: "tcp-carrier", Domain: "demo.test"}
 	if tg.Meta.Tenant != want.Tenant || tg.Meta.Direction != want.Direction || tg.Meta.Extension != want.Extension ||
-		tg.Meta.DID != want.DID || tg.Meta.Trunk != want.Trunk {
+		tg.Meta.DID != want.DID || tg.Meta.Trunk != want.Trunk || tg.Meta.Egress != b2bua.KindTrunk {
 		t.Errorf("meta %+v, want %+v", tg.Meta, want)
 	}
 	st := r.steps.get(in.ID)
@@ -305,5 +329,95 @@ func TestRouteReservesCallLimits(t *testing.T) {
 	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "c2", Tenant: "demo"}})
 	if d := call("c3"); d.Reject != nil {
 		t.Fatalf("call after the first ended refused: %+v", d.Reject)
+	}
+}
+
+// TestRouteInterTenantClaimsCallerTenant: alice of demo calling zed of acme
+// takes a call of each tenant, and her per-account limit is demo's (1), not
+// acme's (5): a second call of hers is refused although acme would take it.
+func TestRouteInterTenantClaimsCallerTenant(t *testing.T) {
+	r := newTestRouter(t)
+	call := func(id b2bua.CallID) b2bua.Decision {
+		return r.Route(context.Background(), &b2bua.Inbound{
+			ID:         id,
+			Caller:     b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: "alice", Extension: "100", DisplayName: "Alice"},
+			From:       sip.Uri{User: "alice", Host: "demo.test"},
+			RequestURI: sip.Uri{User: "200", Host: "acme.test"}, To: sip.Uri{User: "200", Host: "acme.test"},
+		})
+	}
+	d := call("c1")
+	if d.Reject != nil || len(d.Target.Legs) != 1 {
+		t.Fatalf("inter-tenant call: %+v", d)
+	}
+	if m := d.Target.Meta; m.Tenant != "acme" || m.Direction != "internal" || m.Extension != "200" || m.Egress != "" || m.From != "100" || m.FromName != "Alice" {
+		t.Errorf("meta %+v", m)
+	}
+	if a, dm := r.limits.Usage("acme").Active, r.limits.Usage("demo").Active; a != 1 || dm != 1 {
+		t.Errorf("active acme %d demo %d, want 1 each", a, dm)
+	}
+	if d := call("c2"); d.Reject == nil || d.Reject.Status != 503 || !strings.Contains(d.Reject.Err.Error(), "maxConcurrentPerAccount") {
+		t.Fatalf("alice's second call: %+v, want 503 by demo's maxConcurrentPerAccount", d.Reject)
+	}
+	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "c1"}})
+	if a, dm := r.limits.Usage("acme").Active, r.limits.Usage("demo").Active; a != 0 || dm != 0 {
+		t.Errorf("after the call: active acme %d demo %d", a, dm)
+	}
+}
+
+// TestRouteForwardToCarrierIsOutbound: a carrier's call that acme's inbound
+// route sends to an external number stays an inbound call on its record,
+// but leaves on a trunk (Meta.Egress, what recording mode outbound reads)
+// and so counts under acme's maxOutboundPerMinute.
+func TestRouteForwardToCarrierIsOutbound(t *testing.T) {
+	r := newTestRouter(t)
+	call := func(id b2bua.CallID) b2bua.Decision {
+		return r.Route(context.Background(), &b2bua.Inbound{
+			ID:         id,
+			Caller:     b2bua.Caller{Kind: b2bua.KindTrunk, Trunk: "tcp-carrier"},
+			From:       sip.Uri{User: "+1999", Host: "carrier.example"},
+			RequestURI: sip.Uri{User: "+15550200", Host: "127.0.0.1"}, To: sip.Uri{User: "+15550200", Host: "127.0.0.1"},
+		})
+	}
+	d := call("f1")
+	if d.Reject != nil || len(d.Target.Legs) != 1 || d.Target.Legs[0].Kind != b2bua.KindTrunk {
+		t.Fatalf("forwarded call: %+v", d)
+	}
+	if m := d.Target.Meta; m.Tenant != "acme" || m.Direction != "inbound" || m.Egress != b2bua.KindTrunk || m.From != "+1999" {
+		t.Errorf("meta %+v, want an inbound call of acme leaving on a trunk", m)
+	}
+	// The carrier sent no display name: the callee sees sip.contactUser.
+	if id := d.Target.CallerID; id.User != "+1999" || id.DisplayName != config.DefaultUserAgent || d.Target.Meta.FromName != id.DisplayName {
+		t.Errorf("caller id %+v, from_name %q", id, d.Target.Meta.FromName)
+	}
+	d = call("f2")
+	if d.Reject == nil || d.Reject.Status != 403 || !strings.Contains(d.Reject.Err.Error(), "maxOutboundPerMinute") {
+		t.Fatalf("second forwarded call within the minute: %+v, want 403 by maxOutboundPerMinute", d.Reject)
+	}
+}
+
+// TestRouteNamesCallerForRecord: the record names a phone by its extension
+// and the display name presented (its account's, else sip.contactUser),
+// never its SIP username.
+func TestRouteNamesCallerForRecord(t *testing.T) {
+	r := newTestRouter(t)
+	for _, tc := range []struct{ user, ext, to, from, name string }{
+		{"alice", "100", "101", "100", "Alice"},
+		{"bob", "101", "102", "101", config.DefaultUserAgent},
+	} {
+		d := route(t, r, &b2bua.Inbound{
+			Caller:     b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: tc.user, Extension: tc.ext},
+			From:       sip.Uri{User: tc.user, Host: "demo.test"},
+			RequestURI: sip.Uri{User: tc.to, Host: "demo.test"}, To: sip.Uri{User: tc.to, Host: "demo.test"},
+		})
+		if d.Reject != nil {
+			t.Fatalf("%s: %+v", tc.user, d.Reject)
+		}
+		if m, id := d.Target.Meta, d.Target.CallerID; m.From != tc.from || m.FromName != tc.name || id.DisplayName != tc.name {
+			t.Errorf("%s: meta from %q name %q, presented %q; want %q %q", tc.user, m.From, m.FromName, id.DisplayName, tc.from, tc.name)
+		}
+		rec := recordOf(&b2bua.CallInfo{ID: "x", Tenant: "demo", From: tc.user, Meta: d.Target.Meta, Start: time.Now()})
+		if rec.From != tc.from || rec.FromName != tc.name {
+			t.Errorf("%s: record from %q name %q", tc.user, rec.From, rec.FromName)
+		}
 	}
 }

@@ -26,10 +26,15 @@ const DefaultOpenTimeout = 2 * time.Second
 var (
 	bucketMeta          = []byte("meta")
 	bucketRegistrations = []byte("registrations")
+	// bucketMinutes holds the outbound minutes counters. It came after
+	// schema 1's first files and needs no migration beyond creating it:
+	// Open creates any missing bucket, and a program that does not know it
+	// leaves it alone.
+	bucketMinutes = []byte("minutes")
 
 	keySchema = []byte("schema")
 
-	allBuckets = [][]byte{bucketMeta, bucketRegistrations}
+	allBuckets = [][]byte{bucketMeta, bucketRegistrations, bucketMinutes}
 )
 
 // Options configures Open.

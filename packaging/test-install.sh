@@ -301,7 +301,8 @@ test_root() {
 	for f in /usr/lib/systemd/system/pbx.service /usr/lib/sysusers.d/pbx.conf \
 		/usr/lib/tmpfiles.d/pbx.conf /usr/share/man/man1/pbx.1.gz /usr/share/man/man1/pbxctl.1.gz \
 		/usr/share/bash-completion/completions/pbxctl /usr/share/zsh/vendor-completions/_pbxctl \
-		/usr/share/fish/vendor_completions.d/pbxctl.fish /usr/share/bash-completion/completions/pbx; do
+		/usr/share/fish/vendor_completions.d/pbxctl.fish /usr/share/bash-completion/completions/pbx \
+		/usr/share/doc/pbx/copyright; do
 		check "$f installed" [ -s "$root$f" ]
 	done
 	# shellcheck disable=SC2016 # expanded by bash in the root

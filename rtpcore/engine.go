@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,10 @@ type Engine struct {
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
 	closed   bool
+
+	totalsMu    sync.Mutex // held across Totals, and to retire a leg
+	retired     Totals     // counters of the legs that closed
+	legsCreated atomic.Uint64
 }
 
 // New builds an Engine. It binds nothing until legs are created.
@@ -126,6 +131,7 @@ type EngineStats struct {
 	PortsTotal       int
 	PortsInUse       int
 	PortsQuarantined int
+	PortsExhausted   uint64 // allocations refused: no port could be bound
 }
 
 // Stats returns the engine's counters.
@@ -139,6 +145,7 @@ func (e *Engine) Stats() EngineStats {
 	st.PortsTotal = e.pool.Size()
 	st.PortsInUse = e.pool.InUse()
 	st.PortsQuarantined = e.pool.Quarantined()
+	st.PortsExhausted = e.pool.Exhausted()
 	return st
 }
 

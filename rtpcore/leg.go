@@ -216,7 +216,7 @@ func (l *Leg) Close() error {
 			_ = inj.Close()
 		}
 		l.stopIO()
-		l.sess.dropLeg(l)
+		l.sess.e.retire(l)
 	})
 	return nil
 }

@@ -914,3 +914,45 @@ func TestCloseLeaksNothing(t *testing.T) {
 	}
 	waitFor(t, "goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestTotalsOutliveLegs: the engine's totals count open legs and keep what
+// closed legs relayed, so they only grow.
+func TestTotalsOutliveLegs(t *testing.T) {
+	e := newEngine(t, Options{})
+	s, la, lb, pa, pb := bridgedPair(t, e)
+	const n = 20
+	for range n {
+		pa.sendTo(legTo(la), pa.packet(PayloadPCMU, 160))
+	}
+	for range n {
+		if got, _ := pb.recv(5 * time.Second); got == nil {
+			t.Fatal("packet not relayed")
+		}
+	}
+	waitFor(t, "counters", func() bool { return lb.Stats().PacketsOut == n })
+	open := e.Totals()
+	if open.Legs != 2 || open.PacketsIn != n || open.PacketsOut != n || open.BytesIn != n*172 {
+		t.Fatalf("totals while open %+v", open)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed := e.Totals()
+	var observed uint64
+	for _, n := range closed.JitterCounts {
+		observed += n
+	}
+	if observed != 1 || closed.JitterSum <= 0 {
+		t.Errorf("jitter buckets %v sum %v: want the one leg that received audio", closed.JitterCounts, closed.JitterSum)
+	}
+	closed.JitterCounts, closed.JitterSum = open.JitterCounts, open.JitterSum
+	if closed != open {
+		t.Fatalf("totals changed when the legs closed: %+v, were %+v", closed, open)
+	}
+	_, la2, _, pa2, _ := bridgedPair(t, e)
+	pa2.sendTo(legTo(la2), pa2.packet(PayloadPCMU, 160))
+	waitFor(t, "second call's packet", func() bool { return e.Totals().PacketsIn == n+1 })
+	if got := e.Totals(); got.Legs != 4 {
+		t.Errorf("legs %d, want 4", got.Legs)
+	}
+}

@@ -90,6 +90,7 @@ func (s *Session) NewLeg(name string) (*Leg, error) {
 		return nil, fmt.Errorf("leg %s: %w", name, err)
 	}
 	s.legs = append(s.legs, l)
+	s.e.legsCreated.Add(1)
 	return l, nil
 }
 

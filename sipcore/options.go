@@ -1,8 +1,10 @@
 package sipcore
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Defaults applied by New.
@@ -30,6 +32,31 @@ const (
 	// RetryAfterOverload is the Retry-After, in seconds, of the 503 sent to a
 	// request refused past the transaction cap.
 	RetryAfterOverload = 10
+
+	// DefaultTCPIdleTimeout closes a SIP TCP connection that carried no byte
+	// for this long. It is longer than the CRLF keep-alive (RFC 5626 4.4.1
+	// suggests 95-120 s) and the registration refresh phones use over TCP.
+	DefaultTCPIdleTimeout = 10 * time.Minute
+	// DefaultTCPMessageTimeout closes a SIP TCP connection whose message
+	// started arriving and is still incomplete this long after its first
+	// byte (a header section without its blank line, or a body shorter than
+	// Content-Length). A phone sends a whole message in one go; only a
+	// stalled or hostile peer takes seconds.
+	DefaultTCPMessageTimeout = 10 * time.Second
+	// DefaultTCPMaxConnections caps the SIP TCP connections open at once,
+	// over every TCP listener.
+	DefaultTCPMaxConnections = 4096
+	// DefaultTCPMaxPerSource caps the SIP TCP connections from one source IP
+	// address: enough for an office of phones behind one NAT address.
+	DefaultTCPMaxPerSource = 64
+	// TCPMaxMessage is the largest SIP message accepted over TCP, header
+	// section and body together. It equals the limit of sipgo's parser
+	// (sip.ParseMaxMessageLength); a peer that announces or sends more has
+	// its connection closed at once.
+	TCPMaxMessage = 65535
+	// TCPWriteTimeout bounds one write to a SIP TCP connection, so a peer
+	// that stops reading cannot hold the goroutine sending to it.
+	TCPWriteTimeout = 10 * time.Second
 )
 
 // Transport names a listener's protocol as written in the configuration.
@@ -49,9 +76,11 @@ type Listener struct {
 }
 
 // Admitter decides whether a packet from src reaches the SIP stack. It is
-// called for every UDP datagram and every TCP read chunk before parsing, on
-// the socket's read goroutine: it must be quick and must not block. Returning
-// false drops the packet silently.
+// called for every UDP datagram and, on a connection accepted by a TCP
+// listener, once per complete SIP message (CRLF keep-alives are not
+// messages), on the socket's read goroutine: it must be quick and must not
+// block. Returning false drops a datagram silently and closes a TCP
+// connection at that message boundary.
 type Admitter func(src netip.AddrPort, transport string, packet []byte) bool
 
 // Options configures a Server.
@@ -85,6 +114,53 @@ type Options struct {
 	// generous).
 	// 0 means DefaultMaxServerTransactions.
 	MaxServerTransactions int
+
+	// TCP bounds the connections TCP listeners accept.
+	TCP TCPOptions
+}
+
+// TCPOptions bounds SIP over TCP. A zero field takes its default.
+type TCPOptions struct {
+	// IdleTimeout closes a connection with no byte received for this long
+	// (DefaultTCPIdleTimeout).
+	IdleTimeout time.Duration
+	// MessageTimeout closes a connection whose message is incomplete this
+	// long after its first byte (DefaultTCPMessageTimeout).
+	MessageTimeout time.Duration
+	// MaxConnections caps the accepted connections open at once over every
+	// TCP listener (DefaultTCPMaxConnections).
+	MaxConnections int
+	// MaxPerSource caps the accepted connections open at once from one
+	// source IPv4 address or IPv6 /64 (DefaultTCPMaxPerSource).
+	MaxPerSource int
+}
+
+// withDefaults fills zero fields.
+func (o TCPOptions) withDefaults() TCPOptions {
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultTCPIdleTimeout
+	}
+	if o.MessageTimeout == 0 {
+		o.MessageTimeout = DefaultTCPMessageTimeout
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultTCPMaxConnections
+	}
+	if o.MaxPerSource == 0 {
+		o.MaxPerSource = min(DefaultTCPMaxPerSource, o.MaxConnections)
+	}
+	return o
+}
+
+// validate refuses negative values and a per-source cap above the total.
+func (o TCPOptions) validate() error {
+	if o.IdleTimeout < 0 || o.MessageTimeout < 0 || o.MaxConnections < 0 || o.MaxPerSource < 0 {
+		return fmt.Errorf("%w: negative tcp limit", ErrInvalidOptions)
+	}
+	if o.MaxPerSource > o.MaxConnections {
+		return fmt.Errorf("%w: tcp maxPerSource %d above maxConnections %d", ErrInvalidOptions, o.MaxPerSource, o.MaxConnections)
+	}
+	return nil
 }
 
 // StringPtr returns a pointer to s; handy for Options.UserAgent.

@@ -30,6 +30,7 @@ type Server struct {
 	srv *sipgo.Server
 
 	listeners []*bound
+	tcp       *tcpLimits
 
 	draining atomic.Bool
 
@@ -57,6 +58,7 @@ type bound struct {
 	advertised string         // host written in Via and Contact
 	udp        *net.UDPConn
 	tcp        *net.TCPListener
+	tcpLn      *tcpListener // tcp, capped and framed; what sipgo serves
 	client     *sipgo.Client
 	contact    sip.ContactHeader
 }
@@ -94,12 +96,17 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if opts.MaxServerTransactions < 0 {
 		return nil, fmt.Errorf("%w: negative transaction cap %d", ErrInvalidOptions, opts.MaxServerTransactions)
 	}
+	opts.TCP = opts.TCP.withDefaults() // a negative value stays and is refused
+	if err := opts.TCP.validate(); err != nil {
+		return nil, err
+	}
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
 		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}
+	s.tcp = newTCPLimits(opts.TCP, opts.Admit, log)
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {
@@ -109,16 +116,21 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 		b.advertised = uriHost(advertisedHost(opts.ExternalHost, b.addr.Addr()))
+		if b.tcp != nil {
+			b.tcpLn = newTCPListener(b.tcp, s.tcp)
+		}
 		s.listeners = append(s.listeners, b)
 	}
 
-	sipLog := log.With("component", "sipgo")
+	// sipgo's records: no raw message bytes, one value per key, a kind each.
+	sources := &sourceRing{}
+	sipLog := slog.New(&sipgoHandler{next: log.Handler(), sources: sources})
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent(s.contactUserOr("pbx")),
 		sipgo.WithUserAgentHostname(s.listeners[0].advertised),
 		sipgo.WithUserAgentTransportLayerOptions(
 			sip.WithTransportLayerLogger(sipLog),
-			sip.WithTransportLayerReadFilter(s.readFilter),
+			sip.WithTransportLayerReadFilter(noteSources(sources, s.readFilter)),
 		),
 		sipgo.WithUserAgentTransactionLayerOptions(
 			sip.WithTransactionLayerLogger(sipLog),
@@ -139,6 +151,9 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 
 	for _, b := range s.listeners {
 		copts := []sipgo.ClientOption{
+			// rport in every Via the PBX writes (RFC 3581): a peer answers
+			// to the port the request came from, through any NAT.
+			sipgo.WithClientNAT(),
 			sipgo.WithClientLogger(sipLog),
 			sipgo.WithClientHostname(b.advertised),
 			sipgo.WithClientPort(int(b.addr.Port())),
@@ -166,7 +181,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	srv.OnOptions(s.handleOptions)
-	srv.OnNoRoute(s.methodNotAllowed)
+	srv.OnNoRoute(s.handleNoRoute)
 	s.methods = []string{"OPTIONS"}
 	return s, nil
 }
@@ -259,24 +274,15 @@ func advertisedHost(external string, bind netip.Addr) string {
 	return "127.0.0.1"
 }
 
+// readFilter applies the admission hook to UDP datagrams. TCP reads pass:
+// an accepted connection admits whole messages in its framing (tcpConn),
+// and a connection the PBX dialled goes to a peer the PBX chose.
 func (s *Server) readFilter(props sip.TransportReadProps, data []byte) ([]byte, error) {
 	admit := s.opts.Admit
-	if admit == nil || s.readByUs(props) {
+	if admit == nil || strings.EqualFold(props.Transport, TransportTCP) || s.readByUs(props) {
 		return data, nil
 	}
-	var src netip.AddrPort
-	switch a := props.RemoteAddr.(type) {
-	case *net.UDPAddr:
-		src = a.AddrPort()
-	case *net.TCPAddr:
-		src = a.AddrPort()
-	default:
-		if a != nil {
-			src, _ = netip.ParseAddrPort(a.String())
-		}
-	}
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	if !admit(src, strings.ToLower(props.Transport), data) {
+	if !admit(addrOf(props.RemoteAddr), strings.ToLower(props.Transport), data) {
 		return nil, nil
 	}
 	return data, nil
@@ -344,7 +350,8 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	s.srv.OnRequest(method, wrapped)
 }
 
-// HandleNoRoute sets the handler for methods nobody registered.
+// HandleNoRoute replaces the default answer to methods nobody registered
+// (489, 420 or 405 with Allow; see handleNoRoute).
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) {
 		if !s.admitTx(req, tx) {
@@ -352,19 +359,6 @@ func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
 		}
 		h(req, s.WrapTx(tx))
 	})
-}
-
-// methodNotAllowed answers a method nobody handles until HandleNoRoute
-// sets another handler (RFC 3261 8.2.1: 405 with Allow).
-func (s *Server) methodNotAllowed(req *sip.Request, tx sip.ServerTransaction) {
-	if !s.admitTx(req, tx) {
-		return
-	}
-	res := sip.NewResponseFromRequest(req, sip.StatusMethodNotAllowed, "Method Not Allowed", nil)
-	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
-	if err := s.WrapTx(tx).Respond(res); err != nil {
-		s.log.Debug("respond 405", "err", err)
-	}
 }
 
 func hasToTag(req *sip.Request) bool {
@@ -551,7 +545,7 @@ func (s *Server) Run(ctx context.Context) error {
 			case TransportUDP:
 				err = s.serveUDP(b)
 			case TransportTCP:
-				err = s.srv.ServeTCP(b.tcp)
+				err = s.srv.ServeTCP(b.tcpLn)
 			}
 			if err != nil && gctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				return fmt.Errorf("listener %q: serve: %w", b.ID, err)
@@ -624,11 +618,17 @@ func (s *Server) closeSockets() {
 		if b.udp != nil {
 			_ = b.udp.Close()
 		}
-		if b.tcp != nil {
+		switch {
+		case b.tcpLn != nil:
+			_ = b.tcpLn.Close()
+		case b.tcp != nil:
 			_ = b.tcp.Close()
 		}
 	}
 }
+
+// TCPStats returns what the TCP listeners counted since New.
+func (s *Server) TCPStats() TCPStats { return s.tcp.stats() }
 
 // Close stops Run, closes the sockets and the SIP stack.
 func (s *Server) Close() error {
@@ -639,6 +639,7 @@ func (s *Server) Close() error {
 		}
 		s.runMu.Unlock()
 		s.closeSockets()
+		s.tcp.stop()
 		if s.ua != nil {
 			_ = s.ua.Close()
 		}

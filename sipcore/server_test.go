@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
@@ -18,7 +19,13 @@ import (
 // the test ends.
 func run(t testing.TB, opts sipcore.Options, setup ...func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
-	s, err := sipcore.New(opts, nil)
+	return runWithLog(t, opts, nil, setup...)
+}
+
+// runWithLog is run with a logger.
+func runWithLog(t testing.TB, opts sipcore.Options, log *slog.Logger, setup ...func(*sipcore.Server)) *sipcore.Server {
+	t.Helper()
+	s, err := sipcore.New(opts, log)
 	if err != nil {
 		t.Fatal(err)
 	}

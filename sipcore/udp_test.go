@@ -13,9 +13,9 @@ import (
 	"pbx/sipcore"
 )
 
-// request builds a request from local with the given start-line version and
+// sipRequest builds a request from local with the given start-line version and
 // body.
-func request(method, version, branch string, local netip.AddrPort, body string) []byte {
+func sipRequest(method, version, branch string, local netip.AddrPort, body string) []byte {
 	return []byte(fmt.Sprintf("%s sip:pbx@127.0.0.1 %s\r\n"+
 		"Via: SIP/2.0/UDP %s;rport;branch=z9hG4bK%s\r\n"+
 		"From: <sip:probe@127.0.0.1>;tag=1\r\nTo: <sip:pbx@127.0.0.1>\r\n"+
@@ -70,7 +70,7 @@ func TestWrongSIPVersionAnswered505(t *testing.T) {
 	s, addr := udpServer(t, sipcore.Options{})
 	c := udpClient(t)
 	for i, v := range []string{"SIP/3.0", "SIP/1.0"} {
-		res := send(t, c, addr, request("OPTIONS", v, fmt.Sprintf("v%d", i), local(c), ""), 5*time.Second)
+		res := send(t, c, addr, sipRequest("OPTIONS", v, fmt.Sprintf("v%d", i), local(c), ""), 5*time.Second)
 		if statusOf(res) != "SIP/2.0 505 Version Not Supported" {
 			t.Fatalf("%s: answer %q", v, statusOf(res))
 		}
@@ -82,7 +82,7 @@ func TestWrongSIPVersionAnswered505(t *testing.T) {
 		t.Fatalf("VersionRejected = %d, want 2", got)
 	}
 	// SIP/2.0 is still served.
-	if res := send(t, c, addr, request("OPTIONS", "SIP/2.0", "v2", local(c), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, c, addr, sipRequest("OPTIONS", "SIP/2.0", "v2", local(c), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("SIP/2.0 answer %q", statusOf(res))
 	}
 }
@@ -91,13 +91,13 @@ func TestOversizeDatagramAnswered513OrDropped(t *testing.T) {
 	s, addr := udpServer(t, sipcore.Options{})
 	c := udpClient(t)
 	big := strings.Repeat("x", sipcore.UDPMaxMessage)
-	res := send(t, c, addr, request("MESSAGE", "SIP/2.0", "big1", local(c), big), 5*time.Second)
+	res := send(t, c, addr, sipRequest("MESSAGE", "SIP/2.0", "big1", local(c), big), 5*time.Second)
 	if statusOf(res) != "SIP/2.0 513 Message Too Large" || !strings.Contains(res, "CSeq: 1 MESSAGE") {
 		t.Fatalf("answer %q", res)
 	}
 	// Just under the limit the request reaches the stack (405: no handler).
-	fill := sipcore.UDPMaxMessage - len(request("MESSAGE", "SIP/2.0", "big2", local(c), "0000"))
-	fit := request("MESSAGE", "SIP/2.0", "big2", local(c), strings.Repeat("x", fill))
+	fill := sipcore.UDPMaxMessage - len(sipRequest("MESSAGE", "SIP/2.0", "big2", local(c), "0000"))
+	fit := sipRequest("MESSAGE", "SIP/2.0", "big2", local(c), strings.Repeat("x", fill))
 	if res := send(t, c, addr, fit, 5*time.Second); statusOf(res) != "SIP/2.0 405 Method Not Allowed" {
 		t.Fatalf("message of exactly %d bytes: %q", len(fit), statusOf(res))
 	}
@@ -124,7 +124,7 @@ func TestTransactionCapRefused503(t *testing.T) {
 	})
 	known, stranger := udpClient(t), udpClient(t)
 	for i := range 3 {
-		if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", fmt.Sprintf("cap%d", i), local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+		if res := send(t, known, addr, sipRequest("MESSAGE", "SIP/2.0", fmt.Sprintf("cap%d", i), local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 			t.Fatalf("MESSAGE %d under the cap: %q", i, statusOf(res))
 		}
 	}
@@ -132,22 +132,22 @@ func TestTransactionCapRefused503(t *testing.T) {
 	if n := s.Stats().OpenTransactions; n != 3 {
 		t.Fatalf("OpenTransactions = %d, want 3", n)
 	}
-	res := send(t, stranger, addr, request("MESSAGE", "SIP/2.0", "cap3", local(stranger), "hi"), 5*time.Second)
+	res := send(t, stranger, addr, sipRequest("MESSAGE", "SIP/2.0", "cap3", local(stranger), "hi"), 5*time.Second)
 	if statusOf(res) != "SIP/2.0 503 Service Unavailable" || !strings.Contains(res, "Retry-After: 10") {
 		t.Fatalf("new source past the cap: %q", res)
 	}
-	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap4", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, known, addr, sipRequest("MESSAGE", "SIP/2.0", "cap4", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("known source within the reserve: %q", statusOf(res))
 	}
-	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap5", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 503 Service Unavailable" {
+	if res := send(t, known, addr, sipRequest("MESSAGE", "SIP/2.0", "cap5", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 503 Service Unavailable" {
 		t.Fatalf("known source past the reserve: %q", statusOf(res))
 	}
 	// A retransmission of an open transaction is still answered by it.
-	if res := send(t, known, addr, request("MESSAGE", "SIP/2.0", "cap0", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, known, addr, sipRequest("MESSAGE", "SIP/2.0", "cap0", local(known), "hi"), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("retransmission past the cap: %q", statusOf(res))
 	}
 	// Keep-alive OPTIONS need no transaction and are answered regardless.
-	if res := send(t, stranger, addr, request("OPTIONS", "SIP/2.0", "capo", local(stranger), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+	if res := send(t, stranger, addr, sipRequest("OPTIONS", "SIP/2.0", "capo", local(stranger), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
 		t.Fatalf("OPTIONS past the cap: %q", statusOf(res))
 	}
 	st := s.Stats()
@@ -159,7 +159,7 @@ func TestTransactionCapRefused503(t *testing.T) {
 func TestOptionsAnsweredStatelesslyWithStableTag(t *testing.T) {
 	s, addr := udpServer(t, sipcore.Options{})
 	c := udpClient(t)
-	msg := request("OPTIONS", "SIP/2.0", "stable", local(c), "")
+	msg := sipRequest("OPTIONS", "SIP/2.0", "stable", local(c), "")
 	first := send(t, c, addr, msg, 5*time.Second)
 	again := send(t, c, addr, msg, 5*time.Second)
 	tag := func(res string) string {
@@ -204,7 +204,7 @@ func TestManySourcesKeepBoundedState(t *testing.T) {
 			conns = append(conns, c)
 			// REGISTER reaches the stack (405 here: no handler), so
 			// sipgo sees every source.
-			if _, err := c.WriteToUDPAddrPort(request("REGISTER", "SIP/2.0", fmt.Sprintf("m%d", i), local(c), ""), addr); err != nil {
+			if _, err := c.WriteToUDPAddrPort(sipRequest("REGISTER", "SIP/2.0", fmt.Sprintf("m%d", i), local(c), ""), addr); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -254,7 +254,7 @@ func TestWrongSIPVersionOverTCPAnswered505(t *testing.T) {
 	}
 	defer c.Close()
 	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	msg := strings.Replace(string(request("OPTIONS", "SIP/3.0", "tcpv", local, "")), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	msg := strings.Replace(string(sipRequest("OPTIONS", "SIP/3.0", "tcpv", local, "")), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
 	if _, err := c.Write([]byte(msg)); err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,12 @@
 //
 // Order of checks for a request: an unknown path answers 404 and a known
 // path with a wrong method 405 (with Allow) before credentials are looked
-// at, so that 401 versus 404 reveals nothing. Then the peer's
-// failed-authentication bucket (429 while empty, so a guesser learns
-// nothing from further attempts), the bearer token (401), the token's
+// at, so that 401 versus 404 reveals nothing. Then the bearer token: a
+// valid one goes on; a missing, wrong or expired one is charged to the
+// peer's failed-authentication bucket and answered 401, or 429 while the
+// bucket is empty (so a guesser gets 10 answers a minute). A valid token is
+// never refused for its address's failures: a local process guessing
+// cannot lock the operator out. Then the token's
 // bucket (429), the route's scope and process-global data (403), the query
 // string (400, or 403 for a ?tenant= outside the token's tenants), and the
 // handler.

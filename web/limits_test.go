@@ -111,32 +111,48 @@ func TestFailedAuthenticationBucket(t *testing.T) {
 	if r.status != 429 || r.errCode() != "rate_limited" || r.header.Get("Retry-After") != "6" {
 		t.Fatalf("6th failure: %d Retry-After %q %s", r.status, r.header.Get("Retry-After"), r.body)
 	}
-	// While the bucket is empty even a valid token from that peer is
-	// refused, so guessing learns nothing.
-	if r := e.do(a, "GET", "/v1/status", secretAdmin); r.status != 429 {
-		t.Fatalf("valid token from a blocked peer: %d", r.status)
+	// A valid token is checked first and never charged: the failures of
+	// its address cannot lock the operator out.
+	for i := range 10 {
+		if r := e.do(a, "GET", "/v1/status", secretAdmin); r.status != 200 {
+			t.Fatalf("valid token %d from a peer with an empty bucket: %d", i, r.status)
+		}
+	}
+	// The guesser is still held: every wrong or missing token is 429.
+	for _, tok := range []string{secretBad, "", secretExpired} {
+		if r := e.do(a, "GET", "/v1/status", tok); r.status != 429 {
+			t.Fatalf("failure %q after a success: %d, want 429", tok, r.status)
+		}
 	}
 	// X-Forwarded-For is ignored: the socket peer is what counts.
-	if r := e.do(a, "GET", "/v1/status", secretAdmin, "X-Forwarded-For", "198.51.100.1", "X-Real-Ip", "198.51.100.1"); r.status != 429 {
+	if r := e.do(a, "GET", "/v1/status", secretBad, "X-Forwarded-For", "198.51.100.1", "X-Real-Ip", "198.51.100.1"); r.status != 429 {
 		t.Fatalf("X-Forwarded-For changed the peer: %d", r.status)
 	}
 	// Another peer is unaffected; health and unknown paths stay open.
-	if r := e.do(b, "GET", "/v1/status", secretAdmin); r.status != 200 {
+	if r := e.do(b, "GET", "/v1/status", secretBad); r.status != 401 {
 		t.Fatalf("other peer: %d", r.status)
 	}
 	if r := e.do(a, "GET", "/v1/health", ""); r.status != 200 {
 		t.Fatalf("health from a blocked peer: %d", r.status)
 	}
-	// 10/minute: one attempt back every 6 seconds.
+	// 10/minute: one attempt back every 6 seconds, then 429 again.
 	c.advance(6 * time.Second)
-	if r := e.do(a, "GET", "/v1/status", secretAdmin); r.status != 200 {
-		t.Fatalf("after 6s: %d", r.status)
+	if r := e.do(a, "GET", "/v1/status", secretBad); r.status != 401 {
+		t.Fatalf("failure after 6s: %d, want 401", r.status)
 	}
-	// Successes do not spend the bucket.
-	for range 10 {
-		if r := e.do(a, "GET", "/v1/status", secretAdmin); r.status != 200 {
-			t.Fatalf("success charged the bucket: %d", r.status)
+	if r := e.do(a, "GET", "/v1/status", secretBad); r.status != 429 {
+		t.Fatalf("second failure after 6s: %d, want 429", r.status)
+	}
+	// Over a minute of steady guessing, at most 10 guesses are heard.
+	heard := 0
+	for range 60 {
+		c.advance(time.Second)
+		if r := e.do(a, "GET", "/v1/status", secretBad); r.status == 401 {
+			heard++
 		}
+	}
+	if heard < 9 || heard > 10 { // 10, or 9 when rounding delays the last refill
+		t.Fatalf("%d guesses answered 401 in a minute, want 10", heard)
 	}
 }
 

@@ -113,6 +113,9 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				}
 				return
 			}
+			if s.metrics != nil {
+				s.metrics.observe(r, sw.code())
+			}
 			if s.log.Enabled(r.Context(), slog.LevelDebug) {
 				s.log.Debug("api request", "request_id", api.RequestIDFrom(r.Context()), "method", r.Method,
 					"path", r.URL.Path, "status", sw.code(), "remote", peerIP(r), "duration", time.Since(start))
@@ -184,23 +187,27 @@ func rateLimited(d time.Duration, what string) *api.Error {
 }
 
 // authenticate admits a request with a valid, unexpired bearer token and
-// puts its principal in the context. A peer whose failed-authentication
-// bucket is empty gets 429 before its token is even looked at.
+// puts its principal in the context. The presented token is checked first
+// (in constant time); only a failure is charged to the peer's
+// failed-authentication bucket, and a peer whose bucket is empty gets 429
+// for its failures. A valid token is therefore never refused for the
+// failures of its address: another local process guessing cannot lock the
+// operator out, and a guesser still gets no more than authFailPerMinute
+// answers a minute, none of which says whether a guess was right.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peer := peerIP(r)
-		if ok, wait := s.authFail.check(peer); !ok {
-			s.tooMany(w, r, wait, "too many failed authentication attempts")
-			return
-		}
 		c := s.creds.Load().match(bearer(r))
-		if c != nil && !c.expires.IsZero() && !s.now().Before(c.expires) {
-			s.log.Warn("api token expired", "token", c.principal.Name, "remote", peer,
-				"request_id", api.RequestIDFrom(r.Context()))
-			c = nil
-		}
-		if c == nil {
-			s.authFail.take(peer)
+		expired := c != nil && !c.expires.IsZero() && !s.now().Before(c.expires)
+		if c == nil || expired {
+			if ok, wait := s.authFail.take(peer); !ok {
+				s.tooMany(w, r, wait, "too many failed authentication attempts")
+				return
+			}
+			if expired {
+				s.log.Warn("api token expired", "token", c.principal.Name, "remote", peer,
+					"request_id", api.RequestIDFrom(r.Context()))
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pbx"`)
 			api.WriteError(w, r, s.log, &api.Error{Status: http.StatusUnauthorized, Code: api.CodeUnauthorized,
 				Message: "missing or invalid bearer token"})

@@ -17,6 +17,7 @@ import (
 
 	"pbx/appliance/config"
 	"pbx/web/api"
+	"pbx/web/dashboard"
 )
 
 // Server timeouts.
@@ -40,6 +41,8 @@ type Options struct {
 	DeviceAPI http.Handler
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Heartbeat is the event stream's heartbeat period; 0: the default.
+	Heartbeat time.Duration
 }
 
 // Server is the management API server.
@@ -53,6 +56,7 @@ type Server struct {
 	tokenLimit *limiter // nil: per-token limit disabled
 	authFail   *limiter
 	certs      *certManager // nil: plain HTTP
+	metrics    *metrics
 
 	mux     *chi.Mux
 	subs    map[string]*chi.Mux // "/v1/<resource>" -> its router, for Allow
@@ -61,6 +65,11 @@ type Server struct {
 	mu  sync.Mutex
 	ln  net.Listener
 	srv *http.Server
+
+	// closing ends the event streams when shutdown starts: they never end
+	// by themselves, and Shutdown waits for every request.
+	closing     chan struct{}
+	closingOnce sync.Once
 }
 
 // New builds the server from opts. It checks the credentials and loads the
@@ -70,7 +79,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: log, now: opts.Now, origins: opts.API.CORS.AllowedOrigins}
+	s := &Server{opts: opts, log: log, now: opts.Now, origins: opts.API.CORS.AllowedOrigins, closing: make(chan struct{})}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -100,11 +109,15 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		}
 		s.certs = m
 	}
+	s.metrics = newMetrics(opts.Backends)
 	s.mux = s.routes(api.New(api.Options{
-		Backends: opts.Backends,
-		Presign:  opts.API.Recordings.Presign,
-		Now:      s.now,
-		Log:      log,
+		Backends:  opts.Backends,
+		Presign:   opts.API.Recordings.Presign,
+		Now:       s.now,
+		Log:       log,
+		Closing:   s.closing,
+		Heartbeat: opts.Heartbeat,
+		Metrics:   s.metrics.handler(),
 	}))
 	s.handler = s.mux
 	return s, nil
@@ -139,8 +152,34 @@ func (s *Server) routes(h *api.Handler) *chi.Mux {
 				}
 			})
 		}
+		r.Route("/dashboard", func(r chi.Router) {
+			if m, ok := r.(*chi.Mux); ok {
+				s.subs["/v1/dashboard"] = m
+			}
+			r.Get("/", s.dashboard)
+			r.Head("/", s.dashboard)
+			r.Get("/{asset}", s.dashboard)
+			r.Head("/{asset}", s.dashboard)
+		})
 	})
 	return r
+}
+
+// dashboard serves the embedded page and its assets: public static files,
+// whose data all comes from authenticated routes.
+func (s *Server) dashboard(w http.ResponseWriter, r *http.Request) {
+	body, ct, ok := dashboard.Asset(chi.URLParam(r, "asset"))
+	if !ok {
+		s.notFound(w, r)
+		return
+	}
+	dashboard.Headers(w.Header())
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(body)
+	}
 }
 
 // Enabled reports whether api.enabled is set.
@@ -196,6 +235,7 @@ func (s *Server) Listen() error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	s.srv.RegisterOnShutdown(func() { s.closingOnce.Do(func() { close(s.closing) }) })
 	s.log.Info("api listening", "addr", ln.Addr().String(), "tls", s.certs != nil)
 	return nil
 }
@@ -230,6 +270,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.certs != nil {
 		wg.Go(func() { s.certs.run(rctx) })
 	}
+	wg.Go(func() { s.metrics.follow(rctx) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 

@@ -26,6 +26,23 @@
 // what a crash leaves (a torn last line, a missing line) in the newest days;
 // Repair with Full does it for every day; Reindex rebuilds indexes outright.
 //
+// Write failures: a marker, record file, index line or marker removal that
+// fails (a full disk) is kept in a bounded backlog (Options.MaxPending) and
+// retried by Run from the step that failed, every Options.RetryMin doubling
+// to RetryMax, or at once when another write succeeds; so a record is
+// written exactly once, and Answered and Commit succeed. Backlog reports it
+// (for /v1/status) and the store logs it once per ProblemLogInterval. Past
+// the bound, or when the process stops before the disk has room, an
+// answered call falls back to its marker on disk, whose modification time
+// is set to the call's end (no free space needed), so the next start
+// recovers it with its real end; the record of an unanswered call, which
+// has no marker, is then lost, as is a marker that never reached the disk.
+//
+// Marker refresh: while a call lasts, Run sets the modification time of its
+// marker to now every Options.MarkerRefresh (one utimensat per call in
+// progress, flushed with the markers' batched syncfs), so a record
+// recovered after a crash ends within that interval of the truth.
+//
 // Listing: List reads index files only. Each day it has read is summarised
 // in memory (count, answered count, directions, up to 64 trunks and
 // extensions, start range, and a Bloom filter of the 6-character substrings

@@ -12,7 +12,10 @@ import (
 // Run is the store's long-running part: the retention janitor (a first
 // pass at once, then every SweepInterval) and, after the first pass, a
 // warm-up that reads every day's index summary so the first filtered
-// listings do not pay for it. It returns nil when ctx is cancelled.
+// listings do not pay for it; the batched sync of in-flight markers, their
+// refresh every Options.MarkerRefresh, and the retries of pending records
+// (Options.RetryMin doubling up to RetryMax, or at once when another write
+// succeeds). It returns nil when ctx is cancelled.
 func (s *Store) Run(ctx context.Context) error {
 	sweep := func() {
 		if s.opts.Retention == 0 {
@@ -39,16 +42,41 @@ func (s *Store) Run(ctx context.Context) error {
 			s.log.Error("sync in-flight call markers", "err", err)
 		}
 	}
+	refresh := time.NewTicker(s.opts.MarkerRefresh)
+	defer refresh.Stop()
+	retry := time.NewTicker(min(s.opts.RetryMin, time.Second))
+	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			s.shutdown()
 			syncMarkers()
 			return nil
 		case <-t.C:
 			sweep()
 		case <-m.C:
 			syncMarkers()
+		case <-refresh.C:
+			s.RefreshMarkers()
+		case <-retry.C:
+			s.retryDue(false)
+		case <-s.bl.kick:
+			s.retryDue(true)
 		}
+	}
+}
+
+// shutdown makes a last attempt at the pending records and says what is
+// lost with the process: the records of unanswered calls, and the exact
+// end of answered ones (recovered from their markers at the next start).
+func (s *Store) shutdown() {
+	if s.bl.n.Load() == 0 {
+		return
+	}
+	if left := s.RetryPending(); left > 0 {
+		b := s.Backlog()
+		s.log.Error("call records not written at shutdown; answered calls are recovered from their in-flight markers at the next start, others are lost",
+			"pending", left, "err", b.Err)
 	}
 }
 

@@ -74,8 +74,13 @@ type RepairOptions struct {
 // Recover is the startup pass, run before any listener opens: it promotes
 // or drops in-flight markers, resolves temporary files, and repairs torn and
 // missing index lines in the newest days and the days markers point to.
+//
+// A write that fails (a full disk) does not stop the start: a promoted
+// record that cannot be written is kept pending like any other (its marker
+// stays until it is), and an index that cannot be repaired is logged and
+// left for the next start or an offline Repair.
 func (s *Store) Recover(ctx context.Context) ([]Action, error) {
-	acts, err := s.Repair(ctx, RepairOptions{})
+	acts, err := s.repair(ctx, RepairOptions{}, true)
 	for _, a := range acts {
 		s.log.Info("call record recovery", "tenant", a.Tenant, "action", string(a.Kind), "path", a.Path, "detail", a.Detail)
 	}
@@ -85,6 +90,11 @@ func (s *Store) Recover(ctx context.Context) ([]Action, error) {
 // Repair does what Recover does, over every day with Full, and can run as
 // a dry run. It is idempotent: a second run reports no actions.
 func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error) {
+	return s.repair(ctx, opts, false)
+}
+
+// repair is Repair; tolerant keeps going past write failures (Recover).
+func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) ([]Action, error) {
 	tenants, err := s.tenants()
 	if err != nil {
 		return nil, err
@@ -123,7 +133,7 @@ func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error
 	var out []Action
 	done := 0
 	for _, w := range all {
-		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, pending: map[string]map[ID]*Entry{}}
+		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, tolerant: tolerant, pending: map[string]map[ID]*Entry{}}
 		// Temporary files first: a complete <id>.json.tmp is the final form
 		// of a record and beats its marker.
 		for _, d := range w.days {
@@ -142,7 +152,10 @@ func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error
 				return append(out, r.acts...), err
 			}
 			if err := r.index(d); err != nil {
-				return append(out, r.acts...), err
+				if !tolerant || ctx.Err() != nil {
+					return append(out, r.acts...), err
+				}
+				s.log.Error("call record index not repaired; left for the next start", "tenant", w.tenant, "day", d.date.String(), "err", err)
 			}
 			done++
 			if opts.Progress != nil {
@@ -209,10 +222,11 @@ func (s *Store) scanMarkers(tenant string) ([]marker, error) {
 }
 
 type repairer struct {
-	s      *Store
-	tenant string
-	dry    bool
-	acts   []Action
+	s        *Store
+	tenant   string
+	dry      bool
+	tolerant bool // a promotion that cannot be written is kept pending
+	acts     []Action
 	// pending: in a dry run, the records that would exist in each day
 	// directory. A nil entry: its line would be written with it (a promoted
 	// marker); otherwise the line the index check would add.
@@ -361,15 +375,22 @@ func (r *repairer) markerFiles(marks []marker) error {
 			}
 			n := rec.normalize()
 			d := r.s.dayFor(r.tenant, n.Start)
+			detail := "incomplete record, end " + n.End.Format(time.RFC3339)
 			if !r.dry {
-				if err := r.s.commit(&n); err != nil {
-					return fmt.Errorf("promote marker %s: %w", m.id, err)
+				st := stageRecord
+				if err := r.s.commitFrom(&n, &st, false); err != nil {
+					if !r.tolerant || errors.Is(err, ErrCommitted) {
+						return fmt.Errorf("promote marker %s: %w", m.id, err)
+					}
+					detail += ", pending: " + err.Error()
+					if err := r.s.keep(&n, st, err); err != nil {
+						detail = "not written, marker left for the next start: " + err.Error()
+					}
 				}
 			} else {
 				r.pend(d.dir, n.ID, nil)
 			}
-			r.act(ActPromoted, filepath.Join(d.dir, string(n.ID)+recordExt), m.id,
-				"incomplete record, end "+n.End.Format(time.RFC3339))
+			r.act(ActPromoted, filepath.Join(d.dir, string(n.ID)+recordExt), m.id, detail)
 		}
 	}
 	return nil

@@ -63,6 +63,15 @@ type Options struct {
 	// RecentDays is how many newest days per tenant Recover checks in full;
 	// zero means DefaultRecentDays.
 	RecentDays int
+	// MaxPending bounds the records kept in memory while writes fail; zero
+	// means DefaultMaxPending.
+	MaxPending int
+	// RetryMin and RetryMax bound the delay between attempts to write
+	// pending records; zero means DefaultRetryMin and DefaultRetryMax.
+	RetryMin, RetryMax time.Duration
+	// MarkerRefresh is how often Run sets the modification time of every
+	// in-flight marker to now; zero means DefaultMarkerRefresh.
+	MarkerRefresh time.Duration
 }
 
 // Store writes, recovers, expires and lists the call records of every
@@ -76,6 +85,13 @@ type Store struct {
 	cache *dayCache
 
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
+
+	bl *backlog // records that failed to be written, and the markers to refresh
+	// fault, when set (tests), is asked before each write step ("marker",
+	// "record", "index", "unmark") and fails it with the error it returns.
+	fault func(step, path string) error
+
+	stats commitStats
 }
 
 // New returns a Store over opts.DataDir. It creates nothing on disk.
@@ -95,6 +111,21 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if opts.RecentDays <= 0 {
 		opts.RecentDays = DefaultRecentDays
 	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = DefaultMaxPending
+	}
+	if opts.RetryMin <= 0 {
+		opts.RetryMin = DefaultRetryMin
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
+	}
+	if opts.RetryMax < opts.RetryMin {
+		opts.RetryMax = opts.RetryMin
+	}
+	if opts.MarkerRefresh <= 0 {
+		opts.MarkerRefresh = DefaultMarkerRefresh
+	}
 	if len(opts.CursorKey) == 0 {
 		opts.CursorKey = []byte("pbx cdr cursor v1")
 	}
@@ -105,7 +136,7 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cdr: data directory: %w", err)
 	}
-	return &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries)}, nil
+	return &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}, nil
 }
 
 func (s *Store) location(tenant string) *time.Location {
@@ -148,13 +179,40 @@ func (s *Store) RecordPath(tenant string, id ID, start time.Time) string {
 // Answered writes (or rewrites) the in-flight marker of an answered call:
 // the record so far, under <tenant>/cdr/inflight/<id>.json, atomically. If
 // the process dies before Commit, Recover promotes the marker to an
-// incomplete record.
+// incomplete record, ending at the marker's modification time, which Run
+// refreshes every Options.MarkerRefresh while the call lasts.
+//
+// A marker that cannot be written (a full disk) is kept in memory and
+// retried like a pending record; Answered then returns nil. It returns an
+// error for an invalid record, and one wrapping ErrBacklogFull when the
+// backlog is full.
 func (s *Store) Answered(r *Record) error {
 	if err := r.validate(false); err != nil {
 		return err
 	}
 	n := r.normalize()
+	k := recKey{n.Tenant, n.ID}
+	defer s.bl.order(n.ID)()
+	if p := s.bl.get(k); p != nil && p.stage != stageMarker {
+		return nil // the call has ended already; its record is pending
+	}
+	s.track(k)
+	if err := s.writeMarker(&n); err != nil {
+		return s.keep(&n, stageMarker, err)
+	}
+	if s.bl.n.Load() > 0 {
+		s.forget(k) // an older version of this marker was pending
+		s.wrote()
+	}
+	return nil
+}
+
+// writeMarker writes the in-flight marker of n, a normalized record.
+func (s *Store) writeMarker(n *Record) error {
 	dir := s.inflightDir(n.Tenant)
+	if err := s.step("marker", dir); err != nil {
+		return fmt.Errorf("write marker %s: %w", n.ID, err)
+	}
 	if err := ensureDir(dir); err != nil {
 		return fmt.Errorf("marker directory: %w", err)
 	}
@@ -171,6 +229,14 @@ func (s *Store) Answered(r *Record) error {
 	}
 	s.markersDirty.Store(true)
 	return nil
+}
+
+// step asks the test fault hook, if any, whether a write step fails.
+func (s *Store) step(name, path string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(name, path)
 }
 
 // MarkerSyncInterval bounds how long an in-flight marker may sit in the page
@@ -193,19 +259,88 @@ func (s *Store) syncMarkers() error {
 // marker whose record is committed, which recovery repairs; a crash after
 // the rename and before the append of an unanswered call leaves a record
 // without its line, which recovery of the newest days and repair add.
+//
+// A record that cannot be written (a full disk) is kept in memory and
+// retried by Run, from the step that failed, until it is written once;
+// Commit then returns nil and Backlog reports it. Commit returns an error
+// for an invalid record, ErrCommitted for a record committed (or pending)
+// already, and an error wrapping ErrBacklogFull when the backlog is full.
 func (s *Store) Commit(r *Record) error {
 	if err := r.validate(true); err != nil {
 		return err
 	}
 	n := r.normalize()
-	return s.commit(&n)
+	k := recKey{n.Tenant, n.ID}
+	defer s.bl.order(n.ID)()
+	s.untrack(k) // the call has ended: its marker's time must stay put
+	retry := false
+	if p := s.bl.get(k); p != nil {
+		if p.stage != stageMarker {
+			return fmt.Errorf("%w: %s/%s (pending)", ErrCommitted, n.Tenant, n.ID)
+		}
+		retry = true // the marker is pending, not the record
+	}
+	st := stageRecord
+	start := time.Now()
+	if err := s.commitFrom(&n, &st, false); err != nil {
+		if errors.Is(err, ErrCommitted) {
+			return err
+		}
+		if st == stageRecord {
+			s.pinMarker(&n) // a crash before the retry recovers the right end
+		}
+		return s.keep(&n, st, err)
+	}
+	s.stats.observe(time.Since(start))
+	if retry {
+		s.forget(k)
+	}
+	s.wrote()
+	return nil
 }
 
-func (s *Store) commit(n *Record) error {
+// commitFrom carries the commit of n, a normalized record, on from step
+// *st, advancing *st past each step done, so that a retry after a failure
+// writes neither the file nor the index line twice. On a retry, a record
+// file already in place is one this store wrote (the rename succeeded, the
+// directory sync did not).
+func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 	dir := s.dayDir(n.Tenant, n.Start)
-	final := filepath.Join(dir, string(n.ID)+recordExt)
-	if _, err := os.Lstat(final); err == nil {
-		return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+	if *st == stageRecord {
+		final := filepath.Join(dir, string(n.ID)+recordExt)
+		if _, err := os.Lstat(final); err == nil {
+			if !retry {
+				return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+			}
+		} else if err := s.writeRecord(n, dir, final); err != nil {
+			return err
+		}
+		*st = stageIndex
+	}
+	if *st == stageIndex {
+		if err := s.step("index", dir); err != nil {
+			return fmt.Errorf("index record %s: %w", n.ID, err)
+		}
+		e := n.Entry()
+		if err := s.appendIndex(dir, e.AppendLine(nil)); err != nil {
+			return fmt.Errorf("index record %s: %w", n.ID, err)
+		}
+		*st = stageCleanup
+	}
+	marker := s.MarkerPath(n.Tenant, n.ID)
+	if err := s.step("unmark", marker); err != nil {
+		return fmt.Errorf("remove marker %s: %w", n.ID, err)
+	}
+	if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove marker %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// writeRecord writes the record file final in dir durably.
+func (s *Store) writeRecord(n *Record, dir, final string) error {
+	if err := s.step("record", final); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	if err := ensureDir(dir); err != nil {
 		return fmt.Errorf("day directory: %w", err)
@@ -216,13 +351,6 @@ func (s *Store) commit(n *Record) error {
 	}
 	if err := writeAtomic(final, append(data, '\n')); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
-	}
-	e := n.Entry()
-	if err := s.appendIndex(dir, e.AppendLine(nil)); err != nil {
-		return fmt.Errorf("index record %s: %w", n.ID, err)
-	}
-	if err := os.Remove(s.MarkerPath(n.Tenant, n.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove marker %s: %w", n.ID, err)
 	}
 	return nil
 }

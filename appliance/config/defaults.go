@@ -28,6 +28,9 @@ const (
 	DefaultBanDuration     = 10 * time.Minute
 	DefaultBanMax          = 24 * time.Hour
 	DefaultMaxTracked      = 20000
+	DefaultAccountFailures = 10
+	DefaultAccountWindow   = 10 * time.Minute
+	DefaultAccountLock     = 10 * time.Minute
 	DefaultTrunkExpiry     = 5 * time.Minute
 	DefaultMaxContacts     = 5
 	DefaultRingTimeout     = 30 * time.Second
@@ -35,14 +38,29 @@ const (
 	DefaultRoomServicePort = 5060
 	DefaultVoicemailCode   = "*97"
 	DefaultMediaTimeout    = 60 * time.Second
+	// DefaultPortQuarantine rests a released RTP port briefly: with the
+	// default 10000-20000 range, 2,000 one-second calls a second fit.
+	DefaultPortQuarantine = 200 * time.Millisecond
+	// sip.tcp: longer than phones' CRLF keep-alive and TCP registration
+	// refresh; caps well below the unit's LimitNOFILE (65536).
+	DefaultTCPIdleTimeout    = 10 * time.Minute
+	DefaultTCPMaxConnections = 4096
+	DefaultTCPMaxPerSource   = 64 // an office of phones behind one NAT address
 )
+
+// DefaultDigestAlgorithms is the default sip.digestAlgorithms: MD5 alone, as
+// Asterisk and Kamailio challenge (some stock clients give up on a second
+// challenge header).
+var DefaultDigestAlgorithms = []string{"md5"}
 
 // DefaultCodecs is the default media.codecs.
 var DefaultCodecs = []string{"alaw", "ulaw"}
 
 func (s *System) setDefaults() {
-	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}}}
-	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout)}
+	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
+		TCP:              SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource},
+		DigestAlgorithms: append([]string(nil), DefaultDigestAlgorithms...)}
+	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout), PortQuarantine: Duration(DefaultPortQuarantine)}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}
 	s.API = API{
@@ -59,6 +77,10 @@ func (s *System) setDefaults() {
 		BanMax:        Duration(DefaultBanMax),
 		MaxTracked:    DefaultMaxTracked,
 		TrustLoopback: true,
+
+		AccountFailures: DefaultAccountFailures,
+		AccountWindow:   Duration(DefaultAccountWindow),
+		AccountLock:     Duration(DefaultAccountLock),
 	}
 }
 

@@ -50,7 +50,7 @@ func TestDefaultsMinimal(t *testing.T) {
 	check("security", s.Security, Security{
 		PacketRate: 50, PacketBurst: 200, AuthFailures: 5, AuthWindow: Duration(10 * time.Minute),
 		BanDuration: Duration(10 * time.Minute), BanMax: Duration(24 * time.Hour), MaxTracked: 20000,
-		TrustLoopback: true,
+		TrustLoopback: true, AccountFailures: 10, AccountWindow: Duration(10 * time.Minute), AccountLock: Duration(10 * time.Minute),
 	})
 	check("webhooks", s.Webhooks, Webhooks{})
 	check("roomservice", s.RoomService, (*RoomService)(nil))

@@ -31,8 +31,6 @@ func (d Duration) String() string {
 // MarshalYAML writes the duration as a string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-var errDurationUnit = errors.New("missing unit")
-
 // ParseDuration reads a configuration duration. It accepts an optional sign and one
 // or more number-plus-unit pairs with units ns, us, µs, ms, s, m and h.
 func ParseDuration(s string) (Duration, error) {

@@ -30,6 +30,8 @@ var rules = map[string]string{
 	"sip.tlsCertificate":      "tls/wss listener or srtp dtls without a certificate in sip.tls",
 	"sip.listenerDuplicateId": "two listeners with one id",
 	"sip.listenerClash":       "two listeners binding the same address",
+	"sip.tcp":                 "sip.tcp value not positive, or maxPerSource above maxConnections",
+	"sip.digestAlgorithm":     "digest algorithm not md5 or sha-256, listed twice, or none",
 	"tls.pair":                "certificate missing certFile or keyFile",
 	"tls.minVersion":          "minVersion not 1.2 or 1.3",
 	"tls.reloadEvery":         "reloadEvery not positive",
@@ -41,6 +43,7 @@ var rules = map[string]string{
 	"media.savpProfile":       "savpProfile not always or mirror",
 	"media.externalIp":        "externalIp not an IP address",
 	"media.timeout":           "negative media timeout",
+	"media.portQuarantine":    "RTP port rest negative or over a minute",
 	"moh.file":                "music-on-hold file unreadable",
 	"timezone":                "unknown IANA time zone",
 	"system.defaultTrunk":     "defaultTrunk names no trunk",
@@ -93,7 +96,7 @@ var rules = map[string]string{
 	"token.expires":       "unparsable expires",
 
 	// security.
-	"security.negative":      "negative rates, authFailures, maxTracked or durations",
+	"security.negative":      "negative rates, authFailures, accountFailures, maxTracked or durations",
 	"security.banDuration":   "banDuration longer than banMax",
 	"security.prefix":        "malformed prefix in allow, deny or an acl list",
 	"security.limits":        "negative limits",

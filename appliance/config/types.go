@@ -91,6 +91,17 @@ type SIP struct {
 	UserAgent    *string    `yaml:"userAgent"`
 	ContactUser  *string    `yaml:"contactUser"`
 	TLS          *TLS       `yaml:"tls"`
+	// DigestAlgorithms are the digest algorithms the 401/407 challenges
+	// offer, one header each, in this order: md5, sha-256.
+	DigestAlgorithms []string `yaml:"digestAlgorithms"`
+	TCP              SIPTCP   `yaml:"tcp"`
+}
+
+// SIPTCP is sip.tcp: the bounds of SIP over TCP connections.
+type SIPTCP struct {
+	IdleTimeout    Duration `yaml:"idleTimeout"`    // close a connection silent this long
+	MaxConnections int      `yaml:"maxConnections"` // open at once over every tcp listener
+	MaxPerSource   int      `yaml:"maxPerSource"`   // open at once from one IPv4 address or IPv6 /64
 }
 
 // Listener is one entry of sip.transports: a bare protocol name or a mapping.
@@ -131,6 +142,10 @@ type Media struct {
 	// Timeout ends a call whose RTP stopped in both directions this long; zero
 	// disables it. Not in the specification's table: a pbx extension.
 	Timeout Duration `yaml:"timeout"`
+	// PortQuarantine is how long a released RTP port rests before another
+	// call may take it; zero: none. Not in the specification's table: a pbx
+	// extension.
+	PortQuarantine Duration `yaml:"portQuarantine"`
 }
 
 // MOH is a music-on-hold block (System or Tenant).
@@ -273,6 +288,13 @@ type Security struct {
 	ACL           ACL      `yaml:"acl"`
 	RequireSRTP   bool     `yaml:"requireSrtp"`
 	Limits        Limits   `yaml:"limits"`
+
+	// AccountFailures authentication failures for one account, from any
+	// sources, within AccountWindow lock it for AccountLock after the last
+	// (0 never locks).
+	AccountFailures int      `yaml:"accountFailures"`
+	AccountWindow   Duration `yaml:"accountWindow"`
+	AccountLock     Duration `yaml:"accountLock"`
 }
 
 // ACL is security.acl (validated, never read).

@@ -320,6 +320,8 @@ func (v *validator) system() {
 		}
 		socks = append(socks, sock{proto, l.BindHost, l.BindPort, p})
 	}
+	v.sipTCP(m, &s.SIP.TCP)
+	v.digestAlgorithms(m)
 	if s.SIP.TLS != nil {
 		v.tls(m, "sip.tls", s.SIP.TLS)
 		v.warnf(m, "sip.tls", "inert.sipTLS", "sip.tls is accepted but not applied to SIP (only api.tls is used)")
@@ -362,6 +364,9 @@ func (v *validator) system() {
 		v.errf(m, "media.savpProfile", "media.savpProfile", "savpProfile must be always or mirror, not %q", s.Media.SAVPProfile)
 	}
 	v.nonNegative(m, "media.timeout", "media.timeout", s.Media.Timeout)
+	if q := s.Media.PortQuarantine; q < 0 || q > Duration(time.Minute) {
+		v.errf(m, "media.portQuarantine", "media.portQuarantine", "must be between 0s and 1m (%s): a port resting longer only shrinks the range", q)
+	}
 	if s.Media.ExternalIP != "" && net.ParseIP(s.Media.ExternalIP) == nil {
 		v.errf(m, "media.externalIp", "media.externalIp", "%q is not an IP address", s.Media.ExternalIP)
 	}
@@ -482,6 +487,22 @@ func readableDir(path string) error {
 		return cleanErr(err)
 	}
 	return nil
+}
+
+// sipTCP checks sip.tcp: every bound positive, the per-source cap within
+// the total.
+func (v *validator) sipTCP(m *Meta, t *SIPTCP) {
+	if t.IdleTimeout <= 0 {
+		v.errf(m, "sip.tcp.idleTimeout", "sip.tcp", "idleTimeout must be positive")
+	}
+	if t.MaxConnections <= 0 {
+		v.errf(m, "sip.tcp.maxConnections", "sip.tcp", "maxConnections must be positive")
+	}
+	if t.MaxPerSource <= 0 {
+		v.errf(m, "sip.tcp.maxPerSource", "sip.tcp", "maxPerSource must be positive")
+	} else if t.MaxConnections > 0 && t.MaxPerSource > t.MaxConnections {
+		v.errf(m, "sip.tcp.maxPerSource", "sip.tcp", "maxPerSource %d is above maxConnections %d", t.MaxPerSource, t.MaxConnections)
+	}
 }
 
 func (v *validator) tls(m *Meta, path string, t *TLS) {
@@ -784,6 +805,9 @@ func (v *validator) security(m *Meta, s *Security) {
 	neg("security.authWindow", s.AuthWindow < 0)
 	neg("security.banDuration", s.BanDuration < 0)
 	neg("security.banMax", s.BanMax < 0)
+	neg("security.accountFailures", s.AccountFailures < 0)
+	neg("security.accountWindow", s.AccountWindow < 0)
+	neg("security.accountLock", s.AccountLock < 0)
 	if s.BanDuration > s.BanMax {
 		v.errf(m, "security.banDuration", "security.banDuration", "banDuration (%s) is longer than banMax (%s)", s.BanDuration, s.BanMax)
 	}
@@ -1161,7 +1185,6 @@ func (v *validator) crossDocument() {
 		}
 		domains[key] = t
 	}
-	type didKey struct{ did string }
 	owners := map[string]*InboundRoute{}
 	prio := map[string]*InboundRoute{}
 	for _, r := range v.cfg.InboundRoutes {

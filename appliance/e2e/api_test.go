@@ -50,9 +50,11 @@ func (c apiClient) getJSON(path string, v any) {
 
 type callList struct {
 	Calls []struct {
-		ID    string `json:"id"`
-		State string `json:"state"`
-		To    string `json:"to"`
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+		State  string `json:"state"`
+		From   string `json:"from"`
+		To     string `json:"to"`
 	} `json:"calls"`
 }
 
@@ -70,7 +72,7 @@ func TestAPIOperatesTheLivePBX(t *testing.T) {
 	var regs struct {
 		Registrations []struct{ Tenant, Extension, Username string } `json:"registrations"`
 	}
-	api.getJSON("/v1/registrations?tenant=demo", &regs)
+	api.getJSON("/v1/registrations?tenant=demo&online=true", &regs)
 	if len(regs.Registrations) != 1 || regs.Registrations[0].Extension != "101" {
 		t.Fatalf("registrations: %+v", regs)
 	}
@@ -121,7 +123,7 @@ func TestAPIOperatesTheLivePBX(t *testing.T) {
 	if code, b := api.do("DELETE", "/v1/registrations/demo/101"); code != http.StatusNoContent {
 		t.Fatalf("drop registration: %d %s", code, b)
 	}
-	api.getJSON("/v1/registrations?tenant=demo", &regs)
+	api.getJSON("/v1/registrations?tenant=demo&online=true", &regs)
 	if len(regs.Registrations) != 0 {
 		t.Fatalf("registrations after drop: %+v", regs)
 	}

@@ -169,9 +169,9 @@ type floodRun struct {
 	peakKB            int64
 }
 
-// runFlood floods p with method requests from sources addresses for d while
+// runSpoofedFlood floods p with method requests from sources addresses for d while
 // alice registers every interval.
-func runFlood(t testing.TB, p *pbxProc, method string, sources int, d, interval time.Duration) floodRun {
+func runSpoofedFlood(t testing.TB, p *pbxProc, method string, sources int, d, interval time.Duration) floodRun {
 	t.Helper()
 	target := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(p.sipPort))
 	phone := siptest.NewPhone(t, siptest.Options{Username: "alice", Password: "alice-secret", Domain: "127.0.0.1", PBX: target})
@@ -202,7 +202,7 @@ func runFlood(t testing.TB, p *pbxProc, method string, sources int, d, interval 
 func TestChaosSpoofedFloodLegitPhoneRegisters(t *testing.T) {
 	p := startPBX(t, pbxConfig{Security: guardSecurity, NoCDR: true, LogLevel: "info"})
 	before := rssKB(t, p.cmd.Process.Pid)
-	r := runFlood(t, p, "OPTIONS", 3000, 5*time.Second, 100*time.Millisecond)
+	r := runSpoofedFlood(t, p, "OPTIONS", 3000, 5*time.Second, 100*time.Millisecond)
 	t.Logf("flood: %d datagrams in %s (%.0f/s) from 3000 sources; alice %d/%d registered; rss %d kB before, peak %d kB",
 		r.sent, r.elapsed.Round(time.Millisecond), float64(r.sent)/r.elapsed.Seconds(), r.registered, r.tried, before, r.peakKB)
 	if r.sent < 3000 {
@@ -241,7 +241,7 @@ func BenchmarkSpoofedFlood(b *testing.B) {
 	p := startPBX(b, pbxConfig{Security: guardSecurity, NoCDR: true, LogLevel: "info"})
 	pid := p.cmd.Process.Pid
 	before := rssKB(b, pid)
-	r := runFlood(b, p, method, sources, d, 100*time.Millisecond)
+	r := runSpoofedFlood(b, p, method, sources, d, 100*time.Millisecond)
 	settle := time.NewTimer(after)
 	<-settle.C
 	rssAfter := rssKB(b, pid)

@@ -182,9 +182,15 @@ type pbxConfig struct {
 	RTPMax   int     // zero: RTPMin+799
 	APIRate  float64 // api.rateLimit requests per minute and burst; zero: the defaults
 	LogLevel string  // zero: debug
+	// SIP is further keys of the System's sip block, indented under it
+	// ("    digestAlgorithms: [md5]\n", "    tcp:\n      maxPerSource: 4\n"); empty: none.
+	SIP string
 	// Security is the System's security block as YAML indented under spec
 	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).
 	Security string
+	// Tokens are further API tokens, list items indented under api.tokens
+	// ("      - name: acme\n        token: ...\n"); empty: only testToken.
+	Tokens string
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -198,13 +204,13 @@ spec:
     bindHost: 127.0.0.1
     bindPort: %d
     transports: [udp, tcp]
-  media:
+%s  media:
     rtpPortMin: %d
     rtpPortMax: %d
   dataDir: %s
   cdr:
     enabled: %t
-`, c.SIPPort, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
+`, c.SIPPort, c.SIP, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
 	if c.APIPort != 0 {
 		fmt.Fprintf(&b, `  api:
     enabled: true
@@ -214,7 +220,7 @@ spec:
       - name: e2e
         token: %s
         scopes: [status:read, cdr:read, security:read, operate]
-`, c.APIPort, testToken)
+%s`, c.APIPort, testToken, c.Tokens)
 		if c.APIRate != 0 {
 			fmt.Fprintf(&b, `    rateLimit:
       requestsPerMinute: %s

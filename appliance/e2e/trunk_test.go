@@ -27,7 +27,17 @@ import (
 type trunkPBX struct {
 	carrierPort, intlPort, localPort, fallbackPort int
 	registrarPort                                  int
+	// acmeLimits are more keys of acme's limits ("      key: value\n").
+	acmeLimits string
+	// beforeStart runs on the data directory before the PBX first starts.
+	beforeStart func(dataDir string)
 }
+
+// Tokens of the management API restricted to one tenant of trunkPBX.
+const (
+	demoToken = "e2e-demo-only-token-0123456789abcdef"
+	acmeToken = "e2e-acme-only-token-0123456789abcdef"
+)
 
 func (c trunkPBX) yaml(sipPort, apiPort, rtpMin int, dataDir string) string {
 	var b strings.Builder
@@ -56,7 +66,15 @@ spec:
       - name: e2e
         token: %s
         scopes: [status:read, cdr:read, operate]
-`, sipPort, rtpMin, rtpMin+799, dataDir, apiPort, testToken)
+      - name: demo-only
+        token: %s
+        scopes: [status:read, cdr:read]
+        tenants: [demo]
+      - name: acme-only
+        token: %s
+        scopes: [status:read, cdr:read]
+        tenants: [acme]
+`, sipPort, rtpMin, rtpMin+799, dataDir, apiPort, testToken, demoToken, acmeToken)
 	doc := func(s string) { b.WriteString("---\nconfigVersion: pbx/v1\n" + s) }
 	doc(`kind: Tenant
 metadata: {name: demo}
@@ -75,7 +93,7 @@ spec:
   callerId: {number: "+15550100", name: Acme}
   limits:
     blockedPrefixes: ["1900"]
-`)
+` + c.acmeLimits)
 	doc(`kind: Tenant
 metadata: {name: closed}
 spec:
@@ -94,6 +112,7 @@ spec:
 	route("demo", "all", "+15550004", "ring_group", "all")
 	route("demo", "forward", "+15550005", "external", "0044207000")
 	route("acme", "zed", "+15550002", "extension", "200")
+	route("acme", "forward", "+15550006", "external", "9555125")
 	route("closed", "cleo", "+15550300", "extension", "300")
 	doc(`kind: InboundOverride
 metadata: {name: acme-line-to-bob}
@@ -130,6 +149,9 @@ func startTrunkPBX(t *testing.T, c trunkPBX) (*pbxProc, apiClient) {
 	dataDir := filepath.Join(root, "data")
 	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml(sipPort, apiPort, rtpMin, dataDir)), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if c.beforeStart != nil {
+		c.beforeStart(dataDir)
 	}
 	p := &pbxProc{t: t, dir: root, dataDir: dataDir, sipPort: sipPort, apiPort: apiPort, log: &logBuffer{}, done: make(chan struct{})}
 	p.start()
@@ -574,10 +596,14 @@ func TestTrunkOutbound(t *testing.T) {
 }
 
 // TestInterTenant: alice (demo) reaches zed at 200@acme.test, both tenants
-// being open; a DID of the closed tenant is refused.
+// being open, and each tenant sees its side: the live call in /v1/calls and
+// its own record of it (one id, two tenants) through tokens restricted to
+// it; a DID of the closed tenant is refused.
 func TestInterTenant(t *testing.T) {
 	requireSIPp(t)
-	p, _ := startTrunkPBX(t, trunkPBX{carrierPort: freePort(t), intlPort: freePort(t), localPort: freePort(t), fallbackPort: freePort(t)})
+	p, api := startTrunkPBX(t, trunkPBX{carrierPort: freePort(t), intlPort: freePort(t), localPort: freePort(t), fallbackPort: freePort(t)})
+	demoAPI, acmeAPI := api, api
+	demoAPI.token, acmeAPI.token = demoToken, acmeToken
 	dir := scenarioDir(t, map[string]string{
 		"alice-acme.csv": "SEQUENTIAL\nalice;127.0.0.1;[authentication username=alice password=alice-secret];acme.test\n",
 		"alice.csv":      "SEQUENTIAL\nalice;127.0.0.1;[authentication username=alice password=alice-secret]\n",
@@ -589,12 +615,48 @@ func TestInterTenant(t *testing.T) {
 		uas := answerAt(t, dir, "zed", "127.0.0.1", zedPort, p.sipPort, "uas_answer.xml")
 		uac := startSIPp(t, dir, "alice-to-zed", 60*time.Second,
 			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_domain_call.xml", "-inf", "alice-acme.csv",
-			"-s", "200", "-auth_uri", "200@acme.test", "-m", "1", "-d", "1000", "-p", strconv.Itoa(freePort(t)),
+			"-s", "200", "-auth_uri", "200@acme.test", "-m", "1", "-d", "4000", "-p", strconv.Itoa(freePort(t)),
 			"-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(t)), "-t", "u1")
+		// Both tenants' tokens see the answered call, under one id.
+		var live [2]callList
+		waitFor(t, "the call answered in both tenants' /v1/calls", 10*time.Second, func() bool {
+			for i, c := range []apiClient{demoAPI, acmeAPI} {
+				live[i] = callList{}
+				c.getJSON("/v1/calls", &live[i])
+				if len(live[i].Calls) != 1 || live[i].Calls[0].State != "answered" {
+					return false
+				}
+			}
+			return true
+		})
+		d, a := live[0].Calls[0], live[1].Calls[0]
+		if d.ID != a.ID || d.Tenant != "demo" || a.Tenant != "acme" || d.From != "100" || d.To != "200" {
+			t.Errorf("demo sees %+v, acme sees %+v; want one call, each tenant its own, from 100", d, a)
+		}
 		mustExit0(t, uac, dir, "alice")
 		mustExit0(t, uas, dir, "zed")
+		// The callee's tenant: the extension called; the caller's: the one
+		// calling. Alice has no display name: she was presented as
+		// sip.contactUser (the userAgent, pbx).
 		rec := waitRecord(t, p.dataDir, "acme", func(r map[string]any) bool { return field(r, "to") == "200" })
-		expect(t, rec, map[string]string{"direction": "internal", "cause": "answered", "answered_by": "200", "from": "alice", "tenant": "acme"})
+		expect(t, rec, map[string]string{"direction": "internal", "cause": "answered", "answered_by": "200", "from": "100",
+			"from_name": "pbx", "tenant": "acme", "extension": "200", "id": d.ID})
+		rec = waitRecord(t, p.dataDir, "demo", func(r map[string]any) bool { return field(r, "id") == d.ID })
+		expect(t, rec, map[string]string{"direction": "internal", "cause": "answered", "answered_by": "200", "from": "100",
+			"from_name": "pbx", "tenant": "demo", "extension": "100", "to": "200"})
+		msgs, _ := os.ReadFile(filepath.Join(dir, "zed.messages.log"))
+		if !strings.Contains(string(msgs), `From: "pbx" <sip:100@127.0.0.1>`) {
+			t.Errorf("zed was not offered alice as 100 named pbx:\n%s", tail(string(msgs), 30))
+		}
+		for _, tc := range []struct {
+			c      apiClient
+			tenant string
+			code   int
+		}{{demoAPI, "demo", 200}, {acmeAPI, "acme", 200}, {demoAPI, "acme", 404}, {acmeAPI, "demo", 404}} {
+			if code, body := tc.c.do("GET", "/v1/cdr/"+tc.tenant+"/"+d.ID); code != tc.code {
+				t.Errorf("GET /v1/cdr/%s/%s with a %s token: %d %s, want %d", tc.tenant, d.ID, tc.c.token[4:8], code, body, tc.code)
+			}
+		}
 	})
 
 	t.Run("refused", func(t *testing.T) {

@@ -5,7 +5,13 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"pbx/appliance/logging"
 )
+
+// KindAuthFailure is the log kind of failed authentications: a password
+// guesser causes them at will, so the log rate-limits them as one kind.
+const KindAuthFailure = "sip.auth_failure"
 
 // Ban is an active ban of one address.
 type Ban struct {
@@ -17,15 +23,19 @@ type Ban struct {
 }
 
 // OnAuthFailure has the shape of the registrar's and the call manager's
-// OnAuthFailure hooks: it records the failure of src and logs the account
-// tried when the failure bans the source.
+// OnAuthFailure hooks: it records the failure of src and against the
+// account tried, and logs the account when the failure bans the source.
 func (g *Guard) OnAuthFailure(src netip.AddrPort, domain, username string) {
+	g.recordAccountFailure(src.Addr().Unmap(), domain, username)
 	if b, ok := g.RecordAuthFailure(src); ok {
 		g.log.Warn("source banned", "remote", src.Addr().String(), "reason", b.Reason,
 			"until", b.Until.UTC().Format(time.RFC3339), "offences", b.Offences, "domain", domain, "username", username)
+		if g.onBan != nil {
+			g.onBan(b)
+		}
 		return
 	}
-	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username)
+	g.log.Debug("authentication failure", "remote", src.String(), "domain", domain, "username", username, logging.KindKey, KindAuthFailure)
 }
 
 // RecordAuthFailure counts wrong credentials from src. When they reach
@@ -45,22 +55,13 @@ func (g *Guard) RecordAuthFailure(src netip.AddrPort) (Ban, bool) {
 	sh.mu.Lock()
 	s := sh.m[a]
 	if s == nil {
-		s = g.track(sh, a, now)
-	}
-	if s == nil {
-		// The tracker is full: make room rather than let a brute force go
-		// unbanned.
-		sh.mu.Unlock()
-		evicted := g.evictOne(now)
-		sh.mu.Lock()
-		if s = sh.m[a]; s == nil && evicted {
-			s = g.track(sh, a, now)
-		}
-		if s == nil {
+		if s = g.track(sh, a, now); s == nil {
 			sh.mu.Unlock()
-			g.untracked.Add(1)
+			g.failOpen()
 			return Ban{}, false
 		}
+	} else {
+		sh.list.touch(s)
 	}
 	defer sh.mu.Unlock()
 	if s.until > now {
@@ -83,7 +84,6 @@ func (g *Guard) RecordAuthFailure(src netip.AddrPort) (Ban, bool) {
 	}
 	s.offences++
 	s.since, s.until = now, now+g.banFor(s.offences)
-	s.reason = fmt.Sprintf("%d authentication failures within %s", g.authFailures, g.authWindow)
 	g.bansIssued.Add(1)
 	return g.banOf(a, s), true
 }
@@ -97,27 +97,9 @@ func (g *Guard) banFor(offences int) time.Duration {
 	return min(d, g.banMax)
 }
 
-// evictOne forgets one idle source to make room. It locks one shard at a
-// time, so the caller must hold none.
-func (g *Guard) evictOne(now time.Duration) bool {
-	for i := range g.shard {
-		sh := &g.shard[i]
-		sh.mu.Lock()
-		for a, s := range sh.m {
-			if g.idle(s, now) {
-				delete(sh.m, a)
-				sh.mu.Unlock()
-				g.tracked.Add(-1)
-				return true
-			}
-		}
-		sh.mu.Unlock()
-	}
-	return false
-}
-
 func (g *Guard) banOf(a netip.Addr, s *source) Ban {
-	return Ban{IP: a, Reason: s.reason, Since: g.at(s.since), Until: g.at(s.until), Offences: s.offences}
+	reason := fmt.Sprintf("%d authentication failures within %s", g.authFailures, g.authWindow)
+	return Ban{IP: a, Reason: reason, Since: g.at(s.since), Until: g.at(s.until), Offences: s.offences}
 }
 
 // Bans lists the active bans, oldest first. Expired bans are not listed.
@@ -156,8 +138,12 @@ func (g *Guard) Lift(ip netip.Addr) error {
 		sh.mu.Unlock()
 		return fmt.Errorf("lift %s: %w", a, ErrNotBanned)
 	}
-	s.since, s.until, s.offences, s.failures, s.reason = 0, 0, 0, nil, ""
+	b := g.banOf(a, s)
+	s.since, s.until, s.offences, s.failures = 0, 0, 0, nil
 	sh.mu.Unlock()
 	g.log.Info("ban lifted", "remote", a.String())
+	if g.onLift != nil {
+		g.onLift(b)
+	}
 	return nil
 }

@@ -3,6 +3,7 @@ package guard
 import (
 	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 )
 
@@ -72,5 +73,58 @@ func BenchmarkAdmitRateLimited(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Admit(src, "udp", sipPacket)
+	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkAdmitFullTracker is the cost of a flood of new sources into a
+// full tracker of blameless sources: each packet evicts the least recently
+// seen source of its shard and takes its place.
+func BenchmarkAdmitFullTracker(b *testing.B) {
+	sec := security()
+	sec.MaxTracked = 1000
+	g, err := New(Options{Security: sec}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Admit(addr4(i), "udp", keepAlive)
+		i++
+	}
+	if c := g.Counters(); c.Untracked != 0 || c.Tracked != sec.MaxTracked {
+		b.Fatalf("counters %+v", c)
+	}
+}
+
+// BenchmarkOnAuthSuccess is what the account lock adds to every
+// successful REGISTER or INVITE: 2,000 phones re-authenticating from
+// their own addresses.
+func BenchmarkOnAuthSuccess(b *testing.B) {
+	g, err := New(Options{Security: security()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	users := make([]string, 2000)
+	for i := range users {
+		users[i] = fmt.Sprint("user", i)
+		g.OnAuthSuccess(addr4(i), "acme.example", users[i])
+	}
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		k := i % len(users)
+		if !g.OnAuthSuccess(addr4(k), "acme.example", users[k]) {
+			b.Fatal("refused")
+		}
+		i++
 	}
 }

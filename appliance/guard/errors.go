@@ -6,6 +6,8 @@ import "errors"
 var ErrNotBanned = errors.New("not banned")
 
 // Refusals of Limiter.Reserve; each names the limit that refused the call.
+// ErrMinutesPerHour and ErrMinutesPerMonth are also why the Limiter ends a
+// running outbound call (the call record's reason).
 var (
 	// ErrConcurrentCalls: the tenant has maxConcurrentCalls calls up.
 	ErrConcurrentCalls = errors.New("maxConcurrentCalls reached")
@@ -14,10 +16,10 @@ var (
 	// ErrOutboundPerMinute: the tenant started maxOutboundPerMinute outbound
 	// calls in the last minute.
 	ErrOutboundPerMinute = errors.New("maxOutboundPerMinute reached")
-	// ErrMinutesPerHour: the tenant's outbound calls of the last hour used
-	// outboundMinutesPerHour.
+	// ErrMinutesPerHour: the tenant's outbound calls of this clock hour (in
+	// its time zone) used outboundMinutesPerHour.
 	ErrMinutesPerHour = errors.New("outboundMinutesPerHour used")
 	// ErrMinutesPerMonth: the tenant's outbound calls of this calendar month
-	// (UTC) used outboundMinutesPerMonth.
+	// (in its time zone) used outboundMinutesPerMonth.
 	ErrMinutesPerMonth = errors.New("outboundMinutesPerMonth used")
 )

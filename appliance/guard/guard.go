@@ -34,6 +34,13 @@ type Options struct {
 	Now func() time.Time
 	// SweepInterval is the janitor's period; 0 means DefaultSweepInterval.
 	SweepInterval time.Duration
+	// Accounts completes the security block for the lock of accounts
+	// under distributed password guessing.
+	Accounts AccountOptions
+	// OnBan and OnLift, when set, are told of each ban imposed after
+	// authentication failures and each ban the operator lifts, outside the
+	// guard's locks. They must be quick.
+	OnBan, OnLift func(Ban)
 }
 
 // Guard admits or drops packets by source and bans sources that fail
@@ -43,6 +50,8 @@ type Guard struct {
 	now   func() time.Time
 	epoch time.Time
 	sweep time.Duration
+
+	onBan, onLift func(Ban)
 
 	enabled       bool
 	trustLoopback bool
@@ -57,29 +66,36 @@ type Guard struct {
 	maxTracked    int64
 	maxDatagram   int
 
-	shard   [shards]shard
-	tracked atomic.Int64
+	shard       [shards]shard
+	tracked     atomic.Int64
+	failOpenLog rateLog
+	evictLog    rateLog
+
+	accounts accounts
 
 	packets, denied, rateLimited, banned, oversize atomic.Uint64
-	authFails, bansIssued, untracked               atomic.Uint64
+	authFails, bansIssued, untracked, evicted      atomic.Uint64
+	accountFails, accountLocks, accountRefused     atomic.Uint64
 }
 
 type shard struct {
-	mu sync.Mutex
-	m  map[netip.Addr]*source
-	_  [48]byte // keep neighbouring locks off one cache line
+	mu   sync.Mutex
+	m    map[netip.Addr]*source
+	list lru
+	_    [32]byte // keep neighbouring locks off one cache line
 }
 
 // source is what the guard remembers of one address. Times are offsets
 // from the guard's epoch.
 type source struct {
-	tokens   float64
-	seen     time.Duration   // last refill
-	failures []time.Duration // authentication failures, oldest first
-	since    time.Duration   // start of the last ban
-	until    time.Duration   // end of the last ban; active while later than now
-	offences int             // bans so far, forgotten banMax after the last ended
-	reason   string
+	addr       netip.Addr
+	prev, next *source // in the shard's lru, most recently seen first
+	tokens     float64
+	seen       time.Duration   // last refill
+	failures   []time.Duration // authentication failures, oldest first
+	since      time.Duration   // start of the last ban
+	until      time.Duration   // end of the last ban; active while later than now
+	offences   int             // bans so far, forgotten banMax after the last ended
 }
 
 // New builds a Guard from the security block. The block is expected to be
@@ -90,7 +106,7 @@ func New(opts Options, log *slog.Logger) (*Guard, error) {
 	}
 	sec := opts.Security
 	g := &Guard{
-		log: log, now: opts.Now, sweep: opts.SweepInterval,
+		log: log, now: opts.Now, sweep: opts.SweepInterval, onBan: opts.OnBan, onLift: opts.OnLift,
 		enabled: sec.Enabled, trustLoopback: sec.TrustLoopback,
 		authFailures: sec.AuthFailures, authWindow: sec.AuthWindow.D(),
 		banDuration: sec.BanDuration.D(), banMax: sec.BanMax.D(),
@@ -123,6 +139,7 @@ func New(opts Options, log *slog.Logger) (*Guard, error) {
 	for i := range g.shard {
 		g.shard[i].m = map[netip.Addr]*source{}
 	}
+	g.accounts.init(sec, opts.Accounts)
 	g.epoch = g.now()
 	return g, nil
 }
@@ -178,9 +195,11 @@ func (g *Guard) throttle(a netip.Addr) bool {
 	if s == nil {
 		if s = g.track(sh, a, now); s == nil {
 			sh.mu.Unlock()
-			g.untracked.Add(1)
+			g.failOpen()
 			return true
 		}
+	} else {
+		sh.list.touch(s)
 	}
 	if s.until > now {
 		sh.mu.Unlock()
@@ -201,18 +220,6 @@ func (g *Guard) throttle(a netip.Addr) bool {
 	return true
 }
 
-// track starts remembering a with a full bucket, unless the tracker is
-// full (then nil). sh must be locked.
-func (g *Guard) track(sh *shard, a netip.Addr, now time.Duration) *source {
-	if g.tracked.Add(1) > g.maxTracked {
-		g.tracked.Add(-1)
-		return nil
-	}
-	s := &source{tokens: g.burst, seen: now}
-	sh.m[a] = s
-	return s
-}
-
 // Counters are the guard's counts since start. Dropped is the sum of the
 // packets refused for any reason (Denied + RateLimited + Banned + Oversize).
 type Counters struct {
@@ -224,9 +231,18 @@ type Counters struct {
 	Oversize     uint64 // UDP datagrams above maxDatagram
 	AuthFailures uint64 // wrong credentials reported
 	BansIssued   uint64 // bans imposed
-	Untracked    uint64 // admitted or failures ignored because the tracker was full
-	BansActive   int
-	Tracked      int
+	// Untracked counts fail-open events: packets admitted and failures
+	// ignored because the tracker was full of sources with failures or bans.
+	Untracked uint64
+	// Evicted counts blameless sources forgotten to make room for new ones.
+	Evicted    uint64
+	BansActive int
+	Tracked    int
+
+	AccountFailures uint64 // wrong credentials for an existing account
+	AccountLocks    uint64 // accounts locked against password guessing
+	AccountRefused  uint64 // valid credentials refused: account locked, source not trusted
+	AccountsLocked  int    // accounts locked now
 }
 
 // Counters returns the counts; BansActive walks the tracker.
@@ -234,7 +250,8 @@ func (g *Guard) Counters() Counters {
 	c := Counters{
 		Packets: g.packets.Load(), Denied: g.denied.Load(), RateLimited: g.rateLimited.Load(),
 		Banned: g.banned.Load(), Oversize: g.oversize.Load(), AuthFailures: g.authFails.Load(),
-		BansIssued: g.bansIssued.Load(), Untracked: g.untracked.Load(), Tracked: int(g.tracked.Load()),
+		BansIssued: g.bansIssued.Load(), Untracked: g.untracked.Load(), Evicted: g.evicted.Load(),
+		Tracked: int(g.tracked.Load()),
 	}
 	c.Dropped = c.Denied + c.RateLimited + c.Banned + c.Oversize
 	now := g.clock()
@@ -248,6 +265,7 @@ func (g *Guard) Counters() Counters {
 		}
 		sh.mu.Unlock()
 	}
+	g.accountCounters(&c, now)
 	return c
 }
 
@@ -266,6 +284,8 @@ func (g *Guard) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			g.sweepIdle()
+			g.sweepAccounts()
+			g.flushLogs()
 		}
 	}
 }
@@ -279,6 +299,7 @@ func (g *Guard) sweepIdle() int {
 		sh.mu.Lock()
 		for a, s := range sh.m {
 			if g.idle(s, now) {
+				sh.list.remove(s)
 				delete(sh.m, a)
 				n++
 			}
@@ -292,14 +313,5 @@ func (g *Guard) sweepIdle() int {
 // idle: forgetting s changes nothing, since a new source would behave the
 // same.
 func (g *Guard) idle(s *source, now time.Duration) bool {
-	if s.until > now {
-		return false
-	}
-	if k := len(s.failures); k > 0 && now-s.failures[k-1] < g.authWindow {
-		return false
-	}
-	if s.offences > 0 && now-s.until < g.banMax {
-		return false
-	}
-	return g.ratePerNs == 0 || now-s.seen >= g.fullAfter
+	return g.blameless(s, now) && (g.ratePerNs == 0 || now-s.seen >= g.fullAfter)
 }

@@ -44,6 +44,10 @@ func security() config.Security {
 		BanDuration:  config.Duration(config.DefaultBanDuration),
 		BanMax:       config.Duration(config.DefaultBanMax),
 		MaxTracked:   config.DefaultMaxTracked,
+
+		AccountFailures: config.DefaultAccountFailures,
+		AccountWindow:   config.Duration(config.DefaultAccountWindow),
+		AccountLock:     config.Duration(config.DefaultAccountLock),
 	}
 }
 
@@ -324,38 +328,6 @@ func TestBurstRaisedToRate(t *testing.T) {
 	}
 }
 
-func TestMaxTrackedFailsOpen(t *testing.T) {
-	sec := security()
-	sec.PacketRate, sec.PacketBurst, sec.MaxTracked, sec.AuthFailures = 1, 1, 2, 2
-	g, clk := newGuard(t, sec)
-	a, b, c := ap("203.0.113.1:5060"), ap("203.0.113.2:5060"), ap("203.0.113.3:5060")
-	if admitted(g, a, 3) != 1 || admitted(g, b, 3) != 1 {
-		t.Fatal("tracked sources not throttled")
-	}
-	if n := admitted(g, c, 10); n != 10 {
-		t.Fatalf("%d of 10 admitted from a source beyond maxTracked, want all (fail open)", n)
-	}
-	cs := g.Counters()
-	if cs.Tracked != 2 || cs.Untracked != 10 {
-		t.Fatalf("counters %+v, want 2 tracked, 10 untracked", cs)
-	}
-	// Nobody is idle yet: the failure cannot be tracked either.
-	if _, banned := fail(g, c, 2); banned {
-		t.Fatal("untracked source banned")
-	}
-	// Once a and b are idle, a failure makes room for c.
-	clk.Advance(time.Second)
-	if _, banned := fail(g, c, 2); !banned {
-		t.Fatal("brute force not banned while the tracker is full of idle sources")
-	}
-	if g.Admit(c, "udp", sipPacket) {
-		t.Fatal("banned source admitted")
-	}
-	if got := g.Counters().Tracked; got != 2 {
-		t.Fatalf("tracked %d, want maxTracked 2", got)
-	}
-}
-
 func TestMaxDatagramUDPOnly(t *testing.T) {
 	sec := security()
 	sec.MaxDatagram = 100
@@ -469,5 +441,33 @@ func TestPrefixSet(t *testing.T) {
 	}
 	if _, err := New(Options{Security: config.Security{Deny: []string{"nope"}}}, nil); err == nil {
 		t.Fatal("New accepted a malformed deny entry")
+	}
+}
+
+// TestBanHooks: the hooks are told of a ban imposed after failures and of
+// a ban lifted, with the address and offences.
+func TestBanHooks(t *testing.T) {
+	sec := security()
+	sec.AuthFailures = 2
+	var banned, lifted []Ban
+	g, err := New(Options{Security: sec, Now: newClock().Now,
+		OnBan: func(b Ban) { banned = append(banned, b) }, OnLift: func(b Ban) { lifted = append(lifted, b) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := ap("203.0.113.40:5060")
+	g.OnAuthFailure(src, "acme.example", "alice")
+	if len(banned) != 0 {
+		t.Fatalf("banned after one failure: %+v", banned)
+	}
+	g.OnAuthFailure(src, "acme.example", "alice")
+	if len(banned) != 1 || banned[0].IP != src.Addr() || banned[0].Offences != 1 {
+		t.Fatalf("bans told %+v", banned)
+	}
+	if err := g.Lift(src.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	if len(lifted) != 1 || lifted[0].IP != src.Addr() {
+		t.Fatalf("lifts told %+v", lifted)
 	}
 }

@@ -62,41 +62,41 @@ func TestConcurrentCallsPerTenantAndAccount(t *testing.T) {
       maxConcurrentPerAccount: 2`, `      maxConcurrentCalls: 2`)
 	l := NewLimiter(cfg, nil)
 
-	r1, err := l.Reserve("acme", "alice", false)
+	r1, err := l.Reserve(Claim{Tenant: "acme", Account: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Reserve("acme", "alice", true); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Reserve("acme", "", false); !errors.Is(err, ErrConcurrentCalls) {
+	if _, err := l.Reserve(Claim{Tenant: "acme"}); !errors.Is(err, ErrConcurrentCalls) {
 		t.Fatalf("third acme call: %v, want ErrConcurrentCalls (tenant override 2)", err)
 	}
 	// globex: the System's 3 per tenant, 2 per account.
 	for i := range 2 {
-		if _, err := l.Reserve("globex", "bob", false); err != nil {
+		if _, err := l.Reserve(Claim{Tenant: "globex", Account: "bob"}); err != nil {
 			t.Fatalf("globex call %d: %v", i+1, err)
 		}
 	}
-	if _, err := l.Reserve("globex", "bob", false); !errors.Is(err, ErrConcurrentPerAccount) {
+	if _, err := l.Reserve(Claim{Tenant: "globex", Account: "bob"}); !errors.Is(err, ErrConcurrentPerAccount) {
 		t.Fatalf("bob's third call: %v, want ErrConcurrentPerAccount", err)
 	}
-	if _, err := l.Reserve("globex", "", false); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "globex"}); err != nil {
 		t.Fatalf("a trunk call (no account) within the tenant's limit: %v", err)
 	}
 	if got := l.Usage("globex").Active; got != 3 {
 		t.Fatalf("globex active %d, want 3", got)
 	}
 
-	r1(0)
-	r1(0) // a second release gives nothing back
+	r1()
+	r1() // a second release gives nothing back
 	if got := l.Usage("acme").Active; got != 1 {
 		t.Fatalf("acme active %d after one release, want 1", got)
 	}
-	if _, err := l.Reserve("acme", "alice", false); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice"}); err != nil {
 		t.Fatalf("after release: %v", err)
 	}
-	if _, err := l.Reserve("acme", "carol", false); !errors.Is(err, ErrConcurrentCalls) {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "carol"}); !errors.Is(err, ErrConcurrentCalls) {
 		t.Fatalf("released twice? %v", err)
 	}
 }
@@ -106,60 +106,56 @@ func TestOutboundPerMinute(t *testing.T) {
 	clk := newClock()
 	l := NewLimiter(cfg, clk.Now)
 	for i := range 2 {
-		rel, err := l.Reserve("acme", "alice", true)
+		rel, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true})
 		if err != nil {
 			t.Fatalf("outbound %d: %v", i+1, err)
 		}
-		rel(0)
+		rel()
 	}
-	if _, err := l.Reserve("acme", "alice", true); !errors.Is(err, ErrOutboundPerMinute) {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); !errors.Is(err, ErrOutboundPerMinute) {
 		t.Fatalf("third outbound within a minute: %v, want ErrOutboundPerMinute", err)
 	}
-	if _, err := l.Reserve("acme", "alice", false); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice"}); err != nil {
 		t.Fatalf("an internal call is not an outbound setup: %v", err)
 	}
 	clk.Advance(29 * time.Second)
-	if _, err := l.Reserve("acme", "alice", true); !errors.Is(err, ErrOutboundPerMinute) {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); !errors.Is(err, ErrOutboundPerMinute) {
 		t.Fatalf("29s later: %v, want still refused (one setup per 30s)", err)
 	}
 	clk.Advance(time.Second)
-	if _, err := l.Reserve("acme", "alice", true); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); err != nil {
 		t.Fatalf("30s later: %v", err)
 	}
 }
 
-func TestOutboundMinutesPerHourRolling(t *testing.T) {
+// TestOutboundMinutesPerClockHour: the hour budget is the clock hour's;
+// minutes used before 13:00 do not count after it.
+func TestOutboundMinutesPerClockHour(t *testing.T) {
 	cfg := limitsConfig(t, `      outboundMinutesPerHour: 10`, `      outboundMinutesPerHour: 10`)
-	clk := newClock()
+	clk := newClock() // 12:00 UTC; the tenants have no time zone, the host's is UTC in tests below
 	l := NewLimiter(cfg, clk.Now)
-	rel, err := l.Reserve("acme", "alice", true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(6 * time.Minute)
-	rel(6 * time.Minute)
-	clk.Advance(10 * time.Minute)
-	l.AddOutbound("acme", 4*time.Minute) // 10 minutes within the hour
-	if _, err := l.Reserve("acme", "alice", true); !errors.Is(err, ErrMinutesPerHour) {
+	l.loc = func(string) *time.Location { return time.UTC }
+	clk.Advance(40 * time.Minute)
+	l.AddOutbound("acme", 10*time.Minute) // 12:30-12:40
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); !errors.Is(err, ErrMinutesPerHour) {
 		t.Fatalf("after 10 outbound minutes: %v, want ErrMinutesPerHour", err)
 	}
-	if _, err := l.Reserve("acme", "alice", false); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice"}); err != nil {
 		t.Fatalf("internal calls are not limited by outbound minutes: %v", err)
 	}
-	if _, err := l.Reserve("globex", "bob", true); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "globex", Account: "bob", Outbound: true}); err != nil {
 		t.Fatalf("another tenant's minutes are its own: %v", err)
 	}
-	// 50 minutes after the first 6 were counted they leave the hour.
-	clk.Advance(49 * time.Minute)
-	if _, err := l.Reserve("acme", "alice", true); !errors.Is(err, ErrMinutesPerHour) {
-		t.Fatalf("59 minutes later: %v, want still refused", err)
+	clk.Advance(19*time.Minute + 59*time.Second)
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); !errors.Is(err, ErrMinutesPerHour) {
+		t.Fatalf("12:59:59: %v, want still refused", err)
 	}
-	clk.Advance(time.Minute)
-	if got := l.Usage("acme").OutboundHourMins; got != 4 {
-		t.Fatalf("hour usage %.1f minutes, want 4", got)
+	clk.Advance(time.Second)
+	if got := l.Usage("acme").OutboundHourMins; got != 0 {
+		t.Fatalf("13:00 hour usage %.1f minutes, want 0", got)
 	}
-	if _, err := l.Reserve("acme", "alice", true); err != nil {
-		t.Fatalf("an hour later: %v", err)
+	if _, err := l.Reserve(Claim{Tenant: "acme", Account: "alice", Outbound: true}); err != nil {
+		t.Fatalf("the next clock hour: %v", err)
 	}
 }
 
@@ -168,16 +164,16 @@ func TestOutboundMinutesPerMonth(t *testing.T) {
 	clk := newClock() // 21 November
 	l := NewLimiter(cfg, clk.Now)
 	l.AddOutbound("acme", 99*time.Minute)
-	if _, err := l.Reserve("acme", "", true); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Outbound: true}); err != nil {
 		t.Fatalf("at 99 of 100 minutes: %v", err)
 	}
 	l.AddOutbound("acme", time.Minute)
 	clk.Advance(2 * time.Hour)
-	if _, err := l.Reserve("acme", "", true); !errors.Is(err, ErrMinutesPerMonth) {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Outbound: true}); !errors.Is(err, ErrMinutesPerMonth) {
 		t.Fatalf("at 100 minutes: %v, want ErrMinutesPerMonth", err)
 	}
 	clk.Advance(10 * 24 * time.Hour) // December
-	if _, err := l.Reserve("acme", "", true); err != nil {
+	if _, err := l.Reserve(Claim{Tenant: "acme", Outbound: true}); err != nil {
 		t.Fatalf("next month: %v", err)
 	}
 	if got := l.Usage("acme").OutboundMonthMins; got != 0 {
@@ -191,10 +187,10 @@ func TestReserveCallReleasedWhenCallEnds(t *testing.T) {
 	clk := newClock()
 	l := NewLimiter(cfg, clk.Now)
 	id := b2bua.NewCallID(clk.Now())
-	if err := l.ReserveCall(id, "acme", "alice", true); err != nil {
+	if err := l.ReserveCall(id, Claim{Tenant: "acme", Account: "alice", Outbound: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ReserveCall(b2bua.NewCallID(clk.Now()), "acme", "bob", false); !errors.Is(err, ErrConcurrentCalls) {
+	if err := l.ReserveCall(b2bua.NewCallID(clk.Now()), Claim{Tenant: "acme", Account: "bob"}); !errors.Is(err, ErrConcurrentCalls) {
 		t.Fatalf("second call: %v, want ErrConcurrentCalls", err)
 	}
 	start := clk.Now()
@@ -210,7 +206,7 @@ func TestReserveCallReleasedWhenCallEnds(t *testing.T) {
 	}
 	// An unanswered call bills nothing; an unknown call is ignored.
 	id2 := b2bua.NewCallID(clk.Now())
-	if err := l.ReserveCall(id2, "acme", "alice", true); err != nil {
+	if err := l.ReserveCall(id2, Claim{Tenant: "acme", Account: "alice", Outbound: true}); err != nil {
 		t.Fatal(err)
 	}
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "unknown"}})

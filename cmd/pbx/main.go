@@ -64,7 +64,8 @@ then serves until stopped.
 
 Signals: SIGTERM drains (new calls get 503, calls in progress may finish until
 --drain-timeout), a second SIGTERM or SIGINT stops at once, SIGHUP reloads the API
-credential set only (a set that fails validation leaves the running one in place).`,
+credential set only (a set that fails validation, or turns the API on or off,
+leaves the running one in place).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -77,7 +78,11 @@ credential set only (a set that fails validation leaves the running one in place
 			if err := lv.UnmarshalText([]byte(level)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
-			log := logging.New(os.Stderr, lv)
+			// Floods (malformed input, unknown methods, failed
+			// authentication) are rate-limited per kind and in all.
+			limited := logging.NewRateLimit(logging.New(os.Stderr, lv).Handler(), logging.DefaultLimits)
+			defer limited.Flush(context.Background())
+			log := slog.New(limited)
 			slog.SetDefault(log)
 			return run(cmd.Context(), dir, drain, log)
 		},
@@ -127,6 +132,10 @@ func run(parent context.Context, dir string, drain time.Duration, log *slog.Logg
 				case syscall.SIGHUP:
 					rep, err := app.Reload()
 					switch {
+					case errors.Is(err, appliance.ErrNothingToReload):
+						log.Warn("reload: " + err.Error())
+					case errors.Is(err, appliance.ErrReloadRefused):
+						log.Error("reload refused; the running API credentials stay", "err", err)
 					case err != nil:
 						log.Error("reload failed; the running API credentials stay", "err", err)
 					case !rep.OK():

@@ -46,6 +46,10 @@ type Options struct {
 	// OnAuthFailure, when set, is called for an INVITE with wrong
 	// credentials. It must be quick.
 	OnAuthFailure func(src netip.AddrPort, domain, username string)
+	// OnAuthSuccess, when set, is called for an INVITE with valid
+	// credentials before the call is placed; false refuses it with 403
+	// Forbidden. It must be quick.
+	OnAuthSuccess func(src netip.AddrPort, domain, username string) bool
 }
 
 // Manager runs the calls of one SIP server.
@@ -60,6 +64,10 @@ type Manager struct {
 	closed  bool
 
 	wg sync.WaitGroup // call goroutines and background BYEs
+
+	// t1 and t2 pace the retransmission of a 2xx the PBX answers a
+	// re-INVITE with (RFC 3261 section 13.3.1.4); sipgo's T1 and T2.
+	t1, t2 time.Duration
 }
 
 // dialogRef points from a SIP dialog id to a call side.
@@ -91,6 +99,7 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 		log: log, opts: opts, sip: opts.SIP,
 		calls:   map[CallID]*Call{},
 		dialogs: map[string]dialogRef{},
+		t1:      sip.T1, t2: sip.T2,
 	}
 	s := opts.SIP
 	s.Handle(sip.INVITE, m.handleInvite)
@@ -186,12 +195,15 @@ func (m *Manager) Call(id CallID) (*Call, bool) {
 // Hangup ends call id: BYE to both sides (or, before answer, the legs are
 // cancelled and the caller gets 480). It returns at once; the signalling
 // happens in the background on the call's goroutine, which Close waits for.
-func (m *Manager) Hangup(id CallID) error {
+func (m *Manager) Hangup(id CallID) error { return m.End(id, "hangup") }
+
+// End is Hangup with the reason the call record gives.
+func (m *Manager) End(id CallID, reason string) error {
 	c, ok := m.Call(id)
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrNoSuchCall, id)
 	}
-	c.requestEnd("hangup")
+	c.requestEnd(reason)
 	return nil
 }
 
@@ -239,8 +251,9 @@ func (m *Manager) WaitIdle(ctx context.Context) error {
 	return nil
 }
 
-// handleUnhandledResponse re-ACKs a retransmitted 2xx to an INVITE whose
-// client transaction has ended (the ACK was lost).
+// handleUnhandledResponse re-ACKs a retransmitted 2xx to an INVITE or
+// re-INVITE the PBX sent, on either side of a call, whose client
+// transaction has ended (the ACK was lost).
 func (m *Manager) handleUnhandledResponse(res *sip.Response) {
 	if !res.IsSuccess() {
 		return
@@ -249,15 +262,22 @@ func (m *Manager) handleUnhandledResponse(res *sip.Response) {
 	if cseq == nil || cseq.MethodName != sip.INVITE {
 		return
 	}
-	id, err := sip.DialogIDFromResponse(res)
-	if err != nil {
+	callID, from, to := res.CallID(), res.From(), res.To()
+	if callID == nil || from == nil || to == nil {
 		return
 	}
+	fromTag, _ := from.Params.Get("tag")
+	toTag, _ := to.Params.Get("tag")
 	m.mu.Lock()
-	ref, ok := m.dialogs[id]
-	m.mu.Unlock()
+	// A leg's dialog (the PBX is UAC) is keyed as sipgo keys the 2xx; the
+	// caller's (the PBX is UAS) has the tags the other way round.
+	ref, ok := m.dialogs[sip.DialogIDMake(string(*callID), toTag, fromTag)]
 	if !ok || ref.leg == nil {
-		return
+		ref, ok = m.dialogs[sip.DialogIDMake(string(*callID), fromTag, toTag)]
+		ok = ok && ref.leg == nil
 	}
-	ref.leg.reack()
+	m.mu.Unlock()
+	if ok {
+		ref.call.reack(ref.leg, res)
+	}
 }

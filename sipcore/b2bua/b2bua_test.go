@@ -222,6 +222,15 @@ func TestHoldResume(t *testing.T) {
 		}
 	}
 	exchange(t, call.Media(), in.Media(), 20, "r")
+	var holds []b2bua.EventKind
+	for _, k := range e.rec.kinds() {
+		if k == b2bua.EventHeld || k == b2bua.EventResumed {
+			holds = append(holds, k)
+		}
+	}
+	if len(holds) != 2 || holds[0] != b2bua.EventHeld || holds[1] != b2bua.EventResumed {
+		t.Errorf("hold events %v, want held then resumed", holds)
+	}
 	// And from the callee's side.
 	res, ans, err := in.ReInvite(ctxT(t), "sendonly")
 	if err != nil || res.StatusCode != 200 || ans.Direction != "recvonly" {
@@ -259,6 +268,32 @@ func TestMediaTimeoutEndsCall(t *testing.T) {
 	}
 	if ev := e.rec.ended(t); ev.Call.Reason != "media timeout" {
 		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
+// TestOnAuthSuccessRefusesInvite: an INVITE with valid credentials that
+// the OnAuthSuccess hook refuses is answered 403 and places no call.
+func TestOnAuthSuccessRefusesInvite(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	e := newEnv(t, envOpts{onAuthSuccess: func(src netip.AddrPort, d, u string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, d+" "+u)
+		return u != "alice"
+	}})
+	e.phone("udp", "bob", "bob-pw")
+	alice := e.phone("udp", "alice", "alice-pw")
+	if s := final(t, alice.Dial(ctxT(t), "102")); s != 403 {
+		t.Fatalf("refused caller: %d, want 403", s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0] != domain+" alice" {
+		t.Fatalf("successes reported %q, want alice's once", seen)
+	}
+	if n := e.calls.Active(); n != 0 {
+		t.Fatalf("%d calls placed", n)
 	}
 }
 

@@ -41,7 +41,8 @@ type Call struct {
 	callerLeg  *rtpcore.Leg
 	callerOrig *sdp.Origin
 	callerSDP  *sdp.Description // latest offer/answer from the caller
-	codecs     []sdp.Codec      // negotiated with the caller
+	codecs     []sdp.Codec      // negotiated with the caller; guarded by mu once answered
+	lateOffer  bool             // the INVITE had no SDP: the offer goes in the 2xx
 	mediaAddr  netip.Addr
 	hops       int // Max-Forwards for the legs
 
@@ -51,8 +52,12 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite sync.Mutex // one re-INVITE at a time
-	evMu     sync.Mutex // serialises observer calls
+	reinvite sync.Mutex    // one re-INVITE at a time
+	done     chan struct{} // closed when the call has ended
+
+	ackMu sync.Mutex
+	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
+	evMu  sync.Mutex                   // serialises observer calls
 
 	mu         sync.Mutex
 	info       CallInfo
@@ -165,6 +170,13 @@ func localOf(req *sip.Request) netip.AddrPort {
 // terminates the transaction when the handler returns), or relays a
 // re-INVITE.
 func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
+	if tags := sipcore.UnsupportedRequire(req); len(tags) > 0 {
+		// RFC 3261 section 8.2.2.3 (and RFC 3262 section 3 for 100rel):
+		// an extension the PBX lacks is refused before anything else.
+		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
+		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		return
+	}
 	if hasToTag(req) {
 		m.handleReInvite(req, tx)
 		return
@@ -176,7 +188,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		var rej *Rejection
 		caller, trusted, rej = m.opts.Identify(req, src)
 		if rej != nil {
-			respond(tx, req, rej.Status, sipReason(rej.Status))
+			respond(tx, req, rej.Status, sipcore.Phrase(rej.Status))
 			return
 		}
 	}
@@ -197,6 +209,10 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 				m.opts.OnAuthFailure(src, realm, res.Username)
 			}
 			_ = tx.Respond(m.opts.Auth.Response(req, res, true, realm))
+			return
+		}
+		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {
+			respond(tx, req, sip.StatusForbidden, "Forbidden")
 			return
 		}
 		a := res.Account
@@ -232,7 +248,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	now := time.Now()
 	c := &Call{
 		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req, hops: hops - 1,
-		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}),
+		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}), done: make(chan struct{}),
 	}
 	from := req.From()
 	c.info = CallInfo{
@@ -282,48 +298,31 @@ func rewriteContact(req *sip.Request, transport string) bool {
 	return netip.AddrPortFrom(ip.Unmap(), uint16(port)) != src
 }
 
-func sipReason(code int) string {
-	switch code {
-	case 403:
-		return "Forbidden"
-	case 404:
-		return "Not Found"
-	case 408:
-		return "Request Timeout"
-	case 480:
-		return "Temporarily Unavailable"
-	case 486:
-		return "Busy Here"
-	case 487:
-		return "Request Terminated"
-	case 488:
-		return "Not Acceptable Here"
-	case 500:
-		return "Server Internal Error"
-	case 503:
-		return "Service Unavailable"
-	case 600:
-		return "Busy Everywhere"
-	case 603:
-		return "Decline"
-	}
-	return "Error"
-}
-
 // fail answers the caller with a final error before answer and ends the
 // call record.
+//
+// The call ends when the final response is sent. The response goes
+// through the transaction, not the dialog: the dialog's Respond returns
+// only once the caller ACKed it (or Timer H gave up after 64*T1), which
+// must neither lengthen the record nor keep the call live. The
+// transaction absorbs the ACK (RFC 3261 section 17.2.1).
 func (c *Call) fail(status int, cause, reason string) {
-	if err := c.caller.Respond(status, sipReason(status), nil); err != nil {
+	at := time.Now()
+	if err := c.callerTx.Respond(sip.NewResponseFromRequest(c.invite, status, sipcore.Phrase(status), nil)); err != nil {
 		c.log.Debug("final response to caller", "status", status, "err", err)
 	}
-	c.finish(cause, status, reason)
+	c.finishAt(at, cause, status, reason)
 }
 
 // finish records how the call ended (the first call wins) and releases
 // its media. The ended event follows from emitEnded once every leg is done.
 func (c *Call) finish(cause string, status int, reason string) {
+	c.finishAt(time.Now(), cause, status, reason)
+}
+
+// finishAt is finish with the end time given.
+func (c *Call) finishAt(now time.Time, cause string, status int, reason string) {
 	c.endOnce.Do(func() {
-		now := time.Now()
 		c.mu.Lock()
 		if w := c.winner; w != nil && w.info.End.IsZero() {
 			w.info.End = now
@@ -334,6 +333,7 @@ func (c *Call) finish(cause string, status int, reason string) {
 		c.info.SIPStatus = status
 		c.info.Reason = reason
 		c.mu.Unlock()
+		close(c.done)
 		if c.session != nil {
 			_ = c.session.Close()
 		}
@@ -360,24 +360,28 @@ func (c *Call) emitEnded() {
 
 func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	_ = c.caller.Respond(sip.StatusTrying, "Trying", nil)
+	var offer *sdp.Description
 	if len(req.Body()) == 0 {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no sdp offer")
-		return
+		// A late offer (RFC 3261 section 13.2.1): the PBX offers in its
+		// 2xx and the caller answers in the ACK. The callees are offered
+		// every configured codec meanwhile.
+		c.lateOffer = true
+		c.codecs = c.m.opts.Codecs
+	} else {
+		var err error
+		if offer, err = sdp.Parse(req.Body()); err != nil {
+			c.event(EventCreated, nil)
+			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
+			return
+		}
+		codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
+		if err != nil {
+			c.event(EventCreated, nil)
+			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+			return
+		}
+		c.codecs, c.callerSDP = codecs, offer
 	}
-	offer, err := sdp.Parse(req.Body())
-	if err != nil {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
-		return
-	}
-	codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
-	if err != nil {
-		c.event(EventCreated, nil)
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
-		return
-	}
-	c.codecs, c.callerSDP = codecs, offer
 
 	from := req.From()
 	in := &Inbound{

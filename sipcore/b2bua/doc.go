@@ -8,11 +8,20 @@
 // Target listing the legs to fork to, the ring timeout, the caller identity
 // to present and the metadata the appliance wants on the call record. Every
 // leg is tried at once (LegTarget.Delay staggers legs for sequential ring
-// groups); 180/183 are relayed to the caller (183 with the PBX's own SDP,
-// early media bridged from the first leg that sends it); the first 2xx wins
-// and the other legs are cancelled (a late 2xx from a loser gets ACK and
-// BYE). The caller's offer is negotiated against the configured codecs and
-// every callee is offered exactly that set, so the relay never transcodes.
+// groups); 180/183 are relayed to the caller (a 180 or 183 with SDP passes
+// on as the same status with the PBX's own SDP, early media bridged from
+// the first leg that sends it, so a carrier's ringback reaches the caller);
+// the first 2xx wins and the other legs are cancelled (a late 2xx from a
+// loser gets ACK and BYE). The caller's offer is negotiated against the
+// configured codecs and every callee is offered exactly that set, so the
+// relay never transcodes.
+//
+// Late offer (an INVITE without SDP, RFC 3261 section 13.2.1): the callees
+// are offered every configured codec; the caller's 200 carries the PBX's
+// offer with the codecs the answering callee accepted, and telephone-event;
+// the caller's answer comes in the ACK. An ACK without a usable answer ends
+// the call with BYE to both sides (cause failed). Such a caller gets no early
+// media (an offer in an unreliable provisional is not allowed).
 //
 // Final answers to the caller: all legs busy (486/600) gives 486, no leg
 // gives 480, ring timeout gives 480 (cause no_answer), no common codec gives
@@ -38,12 +47,20 @@
 // another is pending), INFO with a body (DTMF relay) is relayed to the other
 // side and its status passed back, in-dialog OPTIONS and UPDATE without SDP
 // are answered 200, UPDATE with SDP 488, and requests for unknown dialogs
-// 481. A retransmitted 2xx whose INVITE transaction already ended is
-// ACKed again.
+// 481. A re-INVITE without SDP gets the PBX's offer in the 200 and the
+// answer in the ACK moves that side's media. The 2xx the PBX answers a
+// re-INVITE with is retransmitted (T1 doubling to T2) until its ACK arrives;
+// after 64*T1 without one the call ends with BYE to both sides (RFC 3261
+// section 13.3.1.4). A retransmitted 2xx whose INVITE transaction already
+// ended is ACKed again, on either side, with the CSeq of the INVITE or
+// re-INVITE it answers. A caller's re-INVITE that overtakes its ACK of the
+// initial 2xx waits up to two seconds for that ACK (then 491).
 //
-// Caveats: an INVITE without SDP (late offer) is answered 488, the PBX
-// always offers. A 2xx the PBX sends to a re-INVITE is not retransmitted
-// (UDP loss of it leaves the peer to re-send its re-INVITE). ACK and CANCEL
+// An INVITE whose Require names an extension the PBX lacks (100rel, RFC
+// 3262) is answered 420 with Unsupported before authentication. A rejected
+// call ends when its final response is sent, not when the ACK arrives.
+//
+// Caveats: ACK and CANCEL
 // are built by sipgo and carry no User-Agent. Requests toward a leg whose
 // destination differs from its Contact (NAT, the registering TCP
 // connection) carry a Request-URI rewritten to that destination, as

@@ -77,13 +77,13 @@ func (c *Call) fork(target *Target) {
 		case ev := <-c.legCh:
 			switch ev.kind {
 			case legProgress:
-				if ev.sdp != nil && early == nil {
+				if ev.sdp != nil && early == nil && !c.lateOffer {
+					// A late-offer caller cannot take early media: an
+					// offer in an unreliable provisional is not allowed
+					// (RFC 3261 section 13.2.1) and 100rel is not
+					// supported; it hears its own ringback.
 					early = ev.leg
-					_ = c.session.Bridge(c.callerLeg, ev.leg.media)
-					body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), ev.sdp.Codecs, "")
-					if err == nil {
-						_ = c.caller.Respond(sip.StatusSessionInProgress, "Session Progress", body, sip.NewHeader("Content-Type", "application/sdp"))
-					}
+					c.earlyMedia(ev)
 				} else if !ringing {
 					_ = c.caller.Respond(sip.StatusRinging, "Ringing", nil)
 				}
@@ -187,12 +187,26 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	if answerSDP != nil && len(answerSDP.Codecs) > 0 {
 		answerCodecs = answerSDP.Codecs
 	}
-	body, _, err := c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), answerCodecs, dir)
-	if err != nil {
-		body, _, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), c.codecs, dir)
-	}
-	if err != nil {
-		c.log.Warn("answer sdp", "err", err)
+	var body []byte
+	var ackCh chan *sip.Request
+	if c.lateOffer {
+		body, answerCodecs = c.lateOfferBody(answerSDP)
+		// Until the ACK's answer narrows them, the offered codecs are the
+		// call's (the answered event's payload type comes from them).
+		c.mu.Lock()
+		c.codecs = answerCodecs
+		c.mu.Unlock()
+		ackCh = c.expectAck(nil, c.invite.CSeq().SeqNo)
+		defer c.dropAckWait(nil, c.invite.CSeq().SeqNo)
+	} else {
+		var err error
+		body, _, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), answerCodecs, dir)
+		if err != nil {
+			body, _, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), c.codecs, dir)
+		}
+		if err != nil {
+			c.log.Warn("answer sdp", "err", err)
+		}
 	}
 	// The call-record writer puts its marker down before the caller hears
 	// the answer.
@@ -213,6 +227,15 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 		}
 		c.hangupWinner()
 		c.finish(CauseAnswered, sip.StatusOK, reason)
+		return false
+	}
+	if c.lateOffer && !c.takeAckAnswer(ackCh, answerCodecs) {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); c.hangupCaller() }()
+		c.hangupWinner()
+		wg.Wait()
+		c.finish(CauseFailed, sip.StatusNotAcceptableHere, "no acceptable sdp answer in ack")
 		return false
 	}
 	if c.m.opts.MediaTimeout > 0 {
@@ -299,14 +322,27 @@ func (c *Call) markBye(leg *outLeg) {
 	c.requestEnd("bye")
 }
 
+// setHoldState records whether the call is on hold after an offer/answer,
+// suspends the media timeout while it is (a held party sends nothing), and
+// tells the observer when the state changed.
 func (c *Call) setHoldState(hold bool) {
-	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
-		return
+	c.mu.Lock()
+	changed := c.info.Held != hold
+	c.info.Held = hold
+	c.mu.Unlock()
+	if c.m.opts.MediaTimeout > 0 && c.session != nil {
+		if hold {
+			c.session.SetMediaTimeout(0)
+		} else {
+			c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+		}
 	}
-	if hold {
-		c.session.SetMediaTimeout(0)
-	} else {
-		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	if changed {
+		kind := EventResumed
+		if hold {
+			kind = EventHeld
+		}
+		c.event(kind, nil)
 	}
 }
 

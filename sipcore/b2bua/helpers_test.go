@@ -87,6 +87,8 @@ type envOpts struct {
 	ringTimeout  time.Duration
 	mediaTimeout time.Duration
 	identify     b2bua.IdentifyFunc
+	// onAuthSuccess is the manager's OnAuthSuccess hook.
+	onAuthSuccess func(src netip.AddrPort, domain, username string) bool
 	// route replaces the default router (extension -> its contacts).
 	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
@@ -146,7 +148,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain},
 		}}
 	})
-	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify}, testLog(t))
+	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify,
+		OnAuthSuccess: o.onAuthSuccess}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

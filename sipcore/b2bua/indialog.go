@@ -4,17 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/rtpcore/sdp"
+	"pbx/sipcore"
 )
 
 var errNoAnswer = errors.New("no answer to re-invite")
 
+// callerAckGrace bounds the wait for the caller's ACK before its
+// re-INVITE is handled.
+const callerAckGrace = 2 * time.Second
+
 func (m *Manager) handleAck(req *sip.Request, tx sip.ServerTransaction) {
 	ref, ok := m.lookupDialog(req)
-	if !ok || ref.leg != nil {
+	if !ok {
+		return
+	}
+	delivered := ref.call.deliverAck(ref.leg, req)
+	if ref.leg != nil || delivered && req.CSeq().SeqNo != ref.call.invite.CSeq().SeqNo {
 		return
 	}
 	if err := ref.call.caller.ReadAck(req, tx); err != nil {
@@ -62,7 +72,7 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		// DTMF (application/dtmf-relay) and the like: relay to the other
 		// side and pass its answer back.
 		status := ref.call.relayInfo(req, ref.leg == nil)
-		respond(tx, req, status, sipReason(status))
+		respond(tx, req, status, sipcore.Phrase(status))
 		return
 	}
 	if req.Method == sip.UPDATE && len(req.Body()) > 0 {
@@ -89,6 +99,13 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	c := ref.call
 	var err error
 	if ref.leg == nil {
+		if !c.awaitCallerAck() {
+			// The caller's ACK to the initial 2xx is still outstanding (or
+			// overtaken by this re-INVITE on another goroutine): taking the
+			// re-INVITE's CSeq now would make that ACK look stale.
+			respond(tx, req, sip.StatusRequestPending, sipcore.Phrase(sip.StatusRequestPending))
+			return
+		}
 		err = c.caller.ReadRequest(req, tx)
 	} else {
 		err = ref.leg.dialog.ReadRequest(req, tx)
@@ -110,8 +127,67 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	// No longer pending once the answer is decided: a follow-up re-INVITE
 	// racing this response must not get 491.
 	c.reinvite.Unlock()
-	if err := tx.Respond(res); err != nil {
-		c.log.Debug("answer re-invite", "err", err)
+	if !res.IsSuccess() {
+		if err := tx.Respond(res); err != nil {
+			c.log.Debug("answer re-invite", "err", err)
+		}
+		return
+	}
+	ack := c.respond2xx(tx, ref.leg, res)
+	if ack == nil {
+		select {
+		case <-c.done:
+		default:
+			c.log.Warn("no ack for the 2xx to a re-invite", "from_caller", ref.leg == nil)
+			c.requestEnd("no ack for re-invite answer")
+		}
+		return
+	}
+	if len(req.Body()) == 0 {
+		c.applyAckAnswer(ack, ref.leg == nil, w)
+	}
+}
+
+// applyAckAnswer takes the SDP answer of the ACK completing a re-INVITE
+// without offer (the PBX offered in its 2xx, RFC 3264 section 5 via RFC
+// 3261 section 14.2) and points the sender's media leg at it.
+func (c *Call) applyAckAnswer(ack *sip.Request, fromCaller bool, w *outLeg) {
+	if len(ack.Body()) == 0 {
+		c.log.Debug("ack without the answer to the re-invite offer")
+		return
+	}
+	ans, err := sdp.Parse(ack.Body())
+	if err != nil {
+		c.log.Info("bad sdp answer in ack", "err", err)
+		return
+	}
+	media := c.callerLeg
+	if !fromCaller {
+		media = w.media
+	}
+	media.ApplySDP(ans)
+	c.setHoldState(ans.Hold())
+}
+
+// awaitCallerAck waits a moment for the caller's dialog to be confirmed by
+// the ACK of the initial 2xx, and reports whether it is.
+func (c *Call) awaitCallerAck() bool {
+	deadline := time.Now().Add(callerAckGrace)
+	for {
+		switch c.caller.LoadState() {
+		case sip.DialogStateConfirmed:
+			return true
+		case sip.DialogStateEnded:
+			return false
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-c.done:
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
@@ -124,18 +200,18 @@ func (c *Call) relayReInvite(req *sip.Request, fromCaller bool, w *outLeg) *sip.
 		fromMedia, fromOrigin, toMedia, toOrigin = w.media, w.origin, c.callerLeg, c.callerOrig
 		ep = w.ep
 	}
-	plain := func(code int) *sip.Response { return sip.NewResponseFromRequest(req, code, sipReason(code), nil) }
+	plain := func(code int) *sip.Response { return sip.NewResponseFromRequest(req, code, sipcore.Phrase(code), nil) }
 
 	if len(req.Body()) == 0 {
 		// A refresh without offer: offer our current description; the
 		// answer in the ACK changes nothing we relay.
-		return sdpResponse(req, fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.codecs, ""), ep.Contact)
+		return sdpResponse(req, fromOrigin.Offer(c.mediaAddr, fromMedia.Port(), c.negotiated(), ""), ep.Contact)
 	}
 	offer, err := sdp.Parse(req.Body())
 	if err != nil {
 		return plain(sip.StatusNotAcceptableHere)
 	}
-	common, err := sdp.Negotiate(offer, c.codecs)
+	common, err := sdp.Negotiate(offer, c.negotiated())
 	if err != nil {
 		return plain(sip.StatusNotAcceptableHere)
 	}

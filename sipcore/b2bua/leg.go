@@ -245,13 +245,15 @@ func (l *outLeg) run() {
 		}
 		if r.IsProvisional() && r.StatusCode > 100 {
 			var desc *sdp.Description
-			if r.StatusCode == sip.StatusSessionInProgress && len(r.Body()) > 0 {
+			// Early media (RFC 3960): a 183 or a 180 with SDP carries the
+			// callee's (or carrier's) ringback, bridged the same way.
+			if len(r.Body()) > 0 {
 				if p, err := sdp.Parse(r.Body()); err == nil {
 					desc = p
 					l.media.ApplySDP(p)
 				}
 			}
-			l.send(legEvent{kind: legProgress, sdp: desc})
+			l.send(legEvent{kind: legProgress, status: r.StatusCode, sdp: desc})
 		}
 		return nil
 	}}
@@ -391,13 +393,6 @@ func (l *outLeg) bye() {
 		l.info.End = time.Now()
 	}
 	l.mu().Unlock()
-}
-
-// reack re-sends the ACK for a retransmitted 2xx.
-func (l *outLeg) reack() {
-	if d := l.dialog; d != nil {
-		_ = d.Ack(context.Background())
-	}
 }
 
 // claim makes l the winner unless another leg won or the call is over.

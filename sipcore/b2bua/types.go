@@ -100,7 +100,14 @@ type Meta struct {
 	DID       string
 	Trunk     string
 	Domain    string // tenant SIP domain, used as From/To host toward callees
-	Extra     map[string]string
+	// Egress is KindTrunk when a leg leaves on a trunk (an outbound call,
+	// or one forwarded to a carrier), whatever Direction says.
+	Egress string
+	// From and FromName name the caller on the call record: the calling
+	// extension (or number) and the display name the PBX presented. Empty
+	// From keeps the INVITE's From.
+	From, FromName string
+	Extra          map[string]string
 }
 
 // Credentials answer a callee's 401/407 (trunks, the room-service bridge).
@@ -211,6 +218,7 @@ type CallInfo struct {
 	SIPStatus  int       `json:"sip_status,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	AnsweredBy string    `json:"answered_by,omitempty"`
+	Held       bool      `json:"held,omitempty"` // on hold (a sendonly or inactive offer or answer)
 	Legs       []LegInfo `json:"legs"`
 }
 
@@ -223,6 +231,8 @@ const (
 	EventRinging  EventKind = "ringing"
 	EventAnswered EventKind = "answered"
 	EventLegEnded EventKind = "leg_ended"
+	EventHeld     EventKind = "held"    // a party put the call on hold
+	EventResumed  EventKind = "resumed" // the hold ended
 	EventEnded    EventKind = "ended"
 )
 

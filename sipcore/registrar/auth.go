@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ const (
 	DefaultMaxTrackedNonces = 1 << 20
 )
 
+// DefaultAlgorithms is the default AuthOptions.Algorithms.
+var DefaultAlgorithms = []string{AlgMD5}
+
 // AuthOptions configures Auth.
 type AuthOptions struct {
 	// NonceTTL is how long a nonce is accepted; later the client gets a
@@ -64,8 +68,12 @@ type AuthOptions struct {
 	// Secret keys the nonce MAC. Empty means 32 random bytes (nonces do not
 	// survive a restart, which only costs clients one more challenge).
 	Secret []byte
-	// MD5Only leaves out the second, SHA-256 challenge.
-	MD5Only bool
+	// Algorithms are the digest algorithms offered (AlgMD5, AlgSHA256), one
+	// challenge header each, in this order; a response is accepted for any
+	// of them and refused for any other. Default DefaultAlgorithms: some
+	// stock clients (baresip 1.0) give up on a second challenge header, so
+	// like Asterisk and Kamailio only MD5 is offered unless asked.
+	Algorithms []string
 	// MaxTrackedNonces bounds the nc replay table; default
 	// DefaultMaxTrackedNonces.
 	MaxTrackedNonces int
@@ -112,7 +120,7 @@ type Auth struct {
 	dir    Directory
 	ttl    time.Duration
 	secret []byte
-	md5    bool
+	algs   []string // offered, in challenge order; upper case
 	now    func() time.Time
 
 	shardCap int
@@ -145,7 +153,21 @@ func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
 	if dir == nil {
 		return nil, fmt.Errorf("%w: nil directory", ErrInvalidOptions)
 	}
-	a := &Auth{dir: dir, ttl: opts.NonceTTL, secret: opts.Secret, md5: opts.MD5Only, now: opts.Now}
+	a := &Auth{dir: dir, ttl: opts.NonceTTL, secret: opts.Secret, now: opts.Now}
+	algs := opts.Algorithms
+	if len(algs) == 0 {
+		algs = DefaultAlgorithms
+	}
+	for _, alg := range algs {
+		alg = strings.ToUpper(alg)
+		if _, ok := newHash(alg); !ok || alg == "" {
+			return nil, fmt.Errorf("%w: unknown digest algorithm %q", ErrInvalidOptions, alg)
+		}
+		if slices.Contains(a.algs, alg) {
+			return nil, fmt.Errorf("%w: digest algorithm %q listed twice", ErrInvalidOptions, alg)
+		}
+		a.algs = append(a.algs, alg)
+	}
 	tracked := opts.MaxTrackedNonces
 	if tracked <= 0 {
 		tracked = DefaultMaxTrackedNonces
@@ -259,7 +281,8 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if alg == "" {
 		alg = AlgMD5
 	}
-	if (alg != AlgMD5 && alg != AlgSHA256) || (alg == AlgSHA256 && a.md5) {
+	if !slices.Contains(a.algs, alg) {
+		// Not offered (RFC 8760 section 2.4: only a challenged algorithm).
 		res.Outcome = Rejected
 		return res
 	}
@@ -375,7 +398,8 @@ func quoteEscape(s string) string {
 }
 
 // Response builds the answer for a result that is not Authorized: a 401 or
-// 407 challenge (MD5 first, SHA-256 second), or 403 for Rejected. The
+// 407 challenge (one header per offered algorithm, in the configured order,
+// RFC 8760 section 2.4), or 403 for Rejected. The
 // answers for an unknown user, an unknown domain and a wrong password are
 // identical apart from nonce and tags.
 func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) *sip.Response {
@@ -388,9 +412,8 @@ func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) 
 	}
 	r := sip.NewResponseFromRequest(req, code, reason, nil)
 	nonce := a.newNonce(realm)
-	r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, AlgMD5, res.Stale)))
-	if !a.md5 {
-		r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, AlgSHA256, res.Stale)))
+	for _, alg := range a.algs {
+		r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, alg, res.Stale)))
 	}
 	return r
 }

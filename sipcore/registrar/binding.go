@@ -105,16 +105,33 @@ func contactAddrPort(u sip.Uri, transport string) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
 }
 
-// behindNAT: the REGISTER arrived from a public address and the Contact
-// names another address (typically a private one). On a private network the
-// Contact is trusted as given.
+// behindNAT reports whether the Contact reveals NAT between the phone and
+// the PBX, in the spirit of Kamailio's nat_uac_test and RFC 3581's
+// "received": the Contact names another address than the one the REGISTER
+// came from, or, on a public network, another port. On a private network a
+// Contact on the source address is trusted whatever its port.
 func behindNAT(contact, source netip.AddrPort) bool {
 	if !source.IsValid() {
 		return false
+	}
+	if contact.Addr() != source.Addr() {
+		return true
 	}
 	src := source.Addr()
 	if src.IsPrivate() || src.IsLoopback() || src.IsLinkLocalUnicast() {
 		return false
 	}
-	return contact != source
+	return contact.Port() != source.Port()
+}
+
+// BehindNAT reports whether the binding's REGISTER revealed NAT: a Contact
+// that is a host name, or that names another address than the packet's
+// source. Such a phone gets keepalives, and over UDP a shorter expiry.
+func (b Binding) BehindNAT() bool {
+	var u sip.Uri
+	if err := sip.ParseUri(b.Contact, &u); err != nil {
+		return false
+	}
+	c, isIP := contactAddrPort(u, b.Transport)
+	return !isIP || behindNAT(c, b.Source)
 }

@@ -1,9 +1,11 @@
 // Package registrar answers REGISTER with digest authentication and keeps the
 // location bindings (who is reachable where).
 //
-// Authentication is shared with INVITE: Auth challenges with MD5 and qop=auth
-// first and SHA-256 in a second header after it (many desk phones take the
-// first challenge and speak only MD5), verifies the digest uri against the
+// Authentication is shared with INVITE: Auth challenges with qop=auth, one
+// header per algorithm of AuthOptions.Algorithms in that order (MD5 alone by
+// default, as Asterisk and Kamailio do: Debian 12's baresip gives up on a
+// second header, many desk phones speak only MD5), accepts a response only
+// for an algorithm it offered (RFC 8760), verifies the digest uri against the
 // Request-URI, compares in constant time and refuses a replayed nc. An
 // unknown user, an unknown domain and a wrong password are answered with
 // byte-identical messages (modulo the nonce and tags) after the same amount
@@ -30,6 +32,13 @@
 // of the REGISTER so calls can be sent to the Contact unless it reveals NAT,
 // and over TCP through the registering connection while it is open (see
 // Binding.Target).
+//
+// NAT: a binding whose Contact is a host name or names another address than
+// the REGISTER's source is behind NAT (Binding.BehindNAT). Over UDP it is
+// granted at most NATExpires, and while registered it gets an OPTIONS
+// keepalive through its mapping every KeepaliveInterval (any answer proves
+// the mapping open); over TCP its connection gets a CRLF ping (RFC 5626
+// section 3.5.1). Keepalives need Options.SIP.
 //
 // Persistence: a Store (implemented by package db) receives changed and
 // removed bindings in batches from a write-behind loop (Run), never on the

@@ -102,6 +102,7 @@ func TestBindingTarget(t *testing.T) {
 		{"lan udp uses contact", Binding{Contact: "sip:a@192.168.1.20:5062", Source: ap("192.168.1.20:5062"), Transport: "udp"}, nil, ap("192.168.1.20:5062"), false},
 		{"lan udp other port still contact", Binding{Contact: "sip:a@192.168.1.20:5062", Source: ap("192.168.1.20:40000"), Transport: "udp"}, nil, ap("192.168.1.20:5062"), false},
 		{"public source private contact is nat", Binding{Contact: "sip:a@192.168.1.20:5062", Source: ap("203.0.113.7:61000"), Transport: "udp"}, nil, ap("203.0.113.7:61000"), true},
+		{"private contact from another address is nat", Binding{Contact: "sip:a@192.168.1.20:5062", Source: ap("10.8.0.5:40000"), Transport: "udp"}, nil, ap("10.8.0.5:40000"), true},
 		{"public and equal", Binding{Contact: "sip:a@203.0.113.7:5060", Source: ap("203.0.113.7:5060"), Transport: "udp"}, nil, ap("203.0.113.7:5060"), false},
 		{"hostname contact uses source", Binding{Contact: "sip:a@phone.local", Source: ap("10.0.0.9:5060"), Transport: "udp"}, nil, ap("10.0.0.9:5060"), true},
 		{"tcp open connection", Binding{Contact: "sip:a@10.0.0.9:5060;transport=tcp", Source: ap("10.0.0.9:40123"), Transport: "tcp"}, open, ap("10.0.0.9:40123"), true},
@@ -117,6 +118,12 @@ func TestBindingTarget(t *testing.T) {
 				t.Fatalf("got %s via=%v, want %s via=%v", tg.Destination, tg.ViaConnection, tt.dest, tt.viaConn)
 			}
 		})
+	}
+	for _, tt := range tests {
+		// Over UDP a call goes to the source exactly when NAT was revealed.
+		if tt.b.Transport == "udp" && tt.b.BehindNAT() != tt.viaConn {
+			t.Errorf("%s: BehindNAT %v", tt.name, !tt.viaConn)
+		}
 	}
 	if _, ok := (Binding{Contact: "not a uri"}).Target(nil); ok {
 		t.Fatalf("target for an unparsable contact")
@@ -306,4 +313,37 @@ func FuzzBindingTarget(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestProxyChallengeOrder: INVITEs are challenged (407) by the same Auth,
+// one Proxy-Authenticate per configured algorithm, in the configured order.
+func TestProxyChallengeOrder(t *testing.T) {
+	for _, tc := range []struct {
+		algs []string
+		want []string
+	}{
+		{nil, []string{AlgMD5}},
+		{[]string{"sha-256", "md5"}, []string{AlgSHA256, AlgMD5}},
+		{[]string{"md5", "sha-256"}, []string{AlgMD5, AlgSHA256}},
+	} {
+		a, err := NewAuth(AuthOptions{Algorithms: tc.algs}, staticDir{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := sip.NewRequest(sip.INVITE, sip.Uri{Scheme: "sip", User: "101", Host: "acme.example"})
+		req.AppendHeader(&sip.CSeqHeader{SeqNo: 1, MethodName: sip.INVITE})
+		res := a.Response(req, Result{Outcome: Challenged}, true, "acme.example")
+		if res.StatusCode != sip.StatusProxyAuthRequired || len(res.GetHeaders("WWW-Authenticate")) != 0 {
+			t.Fatalf("%v: %d with WWW-Authenticate %v", tc.algs, res.StatusCode, res.GetHeaders("WWW-Authenticate"))
+		}
+		hs := res.GetHeaders("Proxy-Authenticate")
+		if len(hs) != len(tc.want) {
+			t.Fatalf("%v: %d challenges, want %d", tc.algs, len(hs), len(tc.want))
+		}
+		for i, alg := range tc.want {
+			if v := hs[i].Value(); !strings.Contains(v, "algorithm="+alg+",") {
+				t.Errorf("%v: challenge %d is %q, want %s", tc.algs, i, v, alg)
+			}
+		}
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore"
 )
 
 // Defaults of Options.
@@ -48,9 +50,26 @@ type Options struct {
 	FlushInterval time.Duration // write-behind period; default 1s
 	SweepInterval time.Duration // expired-binding sweep period; default 10s
 
+	// SIP sends keepalives to phones behind NAT; nil sends none.
+	SIP *sipcore.Server
+	// KeepaliveInterval between keepalives; 0: DefaultKeepaliveInterval,
+	// negative: none.
+	KeepaliveInterval time.Duration
+	// NATExpires caps the expiry granted over UDP to a phone behind NAT;
+	// 0: DefaultNATExpires (never below MinExpires), negative: no cap.
+	NATExpires time.Duration
+
 	// OnAuthFailure, when set, is called for every request whose credentials
 	// were presented and wrong (the guard counts these). It must be quick.
 	OnAuthFailure func(src netip.AddrPort, domain, username string)
+	// OnAuthSuccess, when set, is called for every request whose credentials
+	// are valid, before it is acted on; false refuses it with 403 Forbidden,
+	// the answer to wrong credentials (the guard refuses an account locked
+	// against password guessing). It must be quick.
+	OnAuthSuccess func(src netip.AddrPort, domain, username string) bool
+	// OnChange, when set, is told of every binding added, refreshed,
+	// removed or expired, outside the registrar's locks. It must be quick.
+	OnChange func(Change, Binding)
 
 	Now func() time.Time
 }
@@ -65,6 +84,8 @@ type Registrar struct {
 	mu    sync.RWMutex
 	aors  map[aorKey]*aor
 	byExt map[extKey]map[aorKey]struct{}
+
+	ka keepaliveCounters
 
 	dirtyMu sync.Mutex
 	dirty   map[string]Binding
@@ -111,6 +132,15 @@ func New(opts Options, log *slog.Logger) (*Registrar, error) {
 	}
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.KeepaliveInterval == 0 {
+		opts.KeepaliveInterval = DefaultKeepaliveInterval
+	}
+	if opts.NATExpires == 0 {
+		opts.NATExpires = DefaultNATExpires
+	}
+	if opts.NATExpires > 0 {
+		opts.NATExpires = max(opts.NATExpires, opts.MinExpires)
 	}
 	r := &Registrar{
 		log: log, opts: opts, auth: opts.Auth, now: opts.Now,
@@ -253,6 +283,12 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 		}
 		return r.auth.Response(req, ar, false, realm)
 	}
+	if r.opts.OnAuthSuccess != nil {
+		src, _ := netip.ParseAddrPort(req.Source())
+		if !r.opts.OnAuthSuccess(src, realm, ar.Username) {
+			return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		}
+	}
 	acct := ar.Account
 	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {
 		// Valid credentials for another AOR.
@@ -284,6 +320,9 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
 	}
 	key := aorKey{acct.Tenant, acct.Username}
+	src, _ := netip.ParseAddrPort(req.Source())
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	transport := strings.ToLower(req.Transport())
 	callID := string(*req.CallID())
 	cseq := req.CSeq().SeqNo
 
@@ -315,6 +354,9 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 			return res
 		}
 		exp = min(exp, r.opts.MaxExpires)
+		if exp > 0 {
+			exp = r.natExpiry(exp, transport, ch.Address, src)
+		}
 		c := change{contact: ch.Address, raw: ch.Address.String(), expires: exp}
 		if inst, ok := ch.Params.Get("+sip.instance"); ok {
 			c.instance = inst
@@ -335,9 +377,6 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	if maxContacts <= 0 {
 		maxContacts = r.opts.DefaultMaxContacts
 	}
-	src, _ := netip.ParseAddrPort(req.Source())
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	transport := strings.ToLower(req.Transport())
 	var local netip.AddrPort
 	if req.Laddr.IP != nil {
 		if ip, ok := netip.AddrFromSlice(req.Laddr.IP); ok {
@@ -460,6 +499,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	}
 	r.mu.Unlock()
 	r.markDirty(put, removed)
+	r.notify(put, current, removed, now)
 
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	for _, b := range next {
@@ -588,6 +628,7 @@ func (r *Registrar) Drop(tenant, extension string) int {
 	delete(r.byExt, ek)
 	r.mu.Unlock()
 	r.markDirty(nil, removed)
+	r.notify(nil, nil, removed, r.now())
 	return len(removed)
 }
 
@@ -613,6 +654,7 @@ func (r *Registrar) sweep() {
 	}
 	r.mu.Unlock()
 	r.markDirty(nil, removed)
+	r.notify(nil, nil, removed, now)
 }
 
 // Flush writes pending changes to the Store now.
@@ -660,9 +702,16 @@ func (r *Registrar) Flush() error {
 	return nil
 }
 
-// Run sweeps expired bindings and flushes changes to the Store until ctx
-// ends, then flushes once more.
+// Run sweeps expired bindings, flushes changes to the Store and, with a SIP
+// server, keeps phones behind NAT reachable, until ctx ends; then it flushes
+// once more.
 func (r *Registrar) Run(ctx context.Context) error {
+	if r.opts.SIP != nil && r.opts.KeepaliveInterval > 0 {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); r.keepaliveLoop(ctx) }()
+		defer func() { cancel(); <-done }()
+	}
 	flush := time.NewTicker(r.opts.FlushInterval)
 	defer flush.Stop()
 	sweep := time.NewTicker(r.opts.SweepInterval)

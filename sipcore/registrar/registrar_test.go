@@ -2,6 +2,7 @@ package registrar_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -41,6 +42,12 @@ func newDir() *siptest.Directory {
 
 func newEnv(t testing.TB, mod func(*registrar.Options)) *env {
 	t.Helper()
+	return newEnvAlgs(t, nil, mod)
+}
+
+// newEnvAlgs is newEnv with the digest algorithms offered (nil: default).
+func newEnvAlgs(t testing.TB, algs []string, mod func(*registrar.Options)) *env {
+	t.Helper()
 	dir := newDir()
 	srv, err := sipcore.New(sipcore.Options{Listeners: []sipcore.Listener{
 		{ID: "udp", Transport: "udp", BindHost: "127.0.0.1"},
@@ -49,11 +56,11 @@ func newEnv(t testing.TB, mod func(*registrar.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := registrar.NewAuth(registrar.AuthOptions{}, dir)
+	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: algs}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := registrar.Options{Auth: auth}
+	opts := registrar.Options{Auth: auth, SIP: srv}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -150,37 +157,106 @@ func TestRegisterWithDigest(t *testing.T) {
 }
 
 func TestChallengeShape(t *testing.T) {
-	e := newEnv(t, nil)
-	p := e.phone(t, "udp", "alice", "alice-secret")
-	res, err := p.Send(ctxT(t), p.RegisterRequest(600))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		algs []string
+		want []string // algorithm of each WWW-Authenticate, in order
+	}{
+		{nil, []string{"MD5"}},
+		{[]string{"md5"}, []string{"MD5"}},
+		{[]string{"sha-256"}, []string{"SHA-256"}},
+		{[]string{"md5", "sha-256"}, []string{"MD5", "SHA-256"}},
+		{[]string{"sha-256", "md5"}, []string{"SHA-256", "MD5"}},
+	} {
+		t.Run(strings.Join(tc.algs, ","), func(t *testing.T) {
+			e := newEnvAlgs(t, tc.algs, nil)
+			p := e.phone(t, "udp", "alice", "alice-secret")
+			res, err := p.Send(ctxT(t), p.RegisterRequest(600))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != 401 {
+				t.Fatalf("status %d, want 401", res.StatusCode)
+			}
+			hs := res.GetHeaders("WWW-Authenticate")
+			if len(hs) != len(tc.want) {
+				t.Fatalf("%d challenges, want %d: %v", len(hs), len(tc.want), hs)
+			}
+			for i, alg := range tc.want {
+				v := hs[i].Value()
+				if !strings.Contains(v, "algorithm="+alg+",") || !strings.Contains(v, `qop="auth"`) || !strings.Contains(v, `realm="acme.example"`) {
+					t.Fatalf("challenge %d is %q, want algorithm %s", i, v, alg)
+				}
+			}
+		})
 	}
-	if res.StatusCode != 401 {
-		t.Fatalf("status %d, want 401", res.StatusCode)
+}
+
+func TestNewAuthRefusesBadAlgorithms(t *testing.T) {
+	for _, algs := range [][]string{{"sha-512"}, {"md5", "MD5"}, {""}} {
+		if _, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: algs}, newDir()); !errors.Is(err, registrar.ErrInvalidOptions) {
+			t.Errorf("algorithms %q: err %v, want ErrInvalidOptions", algs, err)
+		}
 	}
-	hs := res.GetHeaders("WWW-Authenticate")
-	if len(hs) != 2 {
-		t.Fatalf("%d challenges, want 2", len(hs))
-	}
-	if v := hs[0].Value(); !strings.Contains(v, "algorithm=MD5") || !strings.Contains(v, `qop="auth"`) || !strings.Contains(v, `realm="acme.example"`) {
-		t.Fatalf("first challenge %q", v)
-	}
-	if v := hs[1].Value(); !strings.Contains(v, "algorithm=SHA-256") {
-		t.Fatalf("second challenge %q", v)
+}
+
+// TestOnlyOfferedAlgorithmsAccepted: a response for an algorithm the
+// challenge offered passes, one for an algorithm it did not is refused.
+func TestOnlyOfferedAlgorithmsAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		algs             []string
+		accept, rejected []string
+	}{
+		{nil, []string{registrar.AlgMD5}, []string{registrar.AlgSHA256}},
+		{[]string{"sha-256"}, []string{registrar.AlgSHA256}, []string{registrar.AlgMD5}},
+		{[]string{"sha-256", "md5"}, []string{registrar.AlgSHA256, registrar.AlgMD5}, nil},
+	} {
+		t.Run(strings.Join(tc.algs, ","), func(t *testing.T) {
+			e := newEnvAlgs(t, tc.algs, nil)
+			p := e.phone(t, "udp", "alice", "alice-secret")
+			try := func(alg string) int {
+				chal, err := p.Send(ctxT(t), p.RegisterRequest(600))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := p.RegisterRequest(600)
+				r.AppendHeader(sip.NewHeader("Authorization", authorize(t, chal, r, alg, "alice", "alice-secret", 1)))
+				res, err := p.Send(ctxT(t), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.StatusCode
+			}
+			for _, alg := range tc.accept {
+				if s := try(alg); s != 200 {
+					t.Errorf("offered %s: %d, want 200", alg, s)
+				}
+			}
+			for _, alg := range tc.rejected {
+				if s := try(alg); s != 403 {
+					t.Errorf("not offered %s: %d, want 403", alg, s)
+				}
+			}
+		})
 	}
 }
 
 var nonceRe = regexp.MustCompile(`nonce="([^"]+)"`)
 
-// authorize builds an Authorization value for the first challenge of res.
+// authorize builds an Authorization value with alg for the challenge of res
+// that offers alg, or (to try one not offered) its first challenge.
 func authorize(t *testing.T, res *sip.Response, req *sip.Request, alg, user, pass string, nc uint32) string {
 	t.Helper()
-	idx := 0
-	if alg == registrar.AlgSHA256 {
-		idx = 1
+	hs := res.GetHeaders("WWW-Authenticate")
+	if len(hs) == 0 {
+		t.Fatalf("no challenge in %s", res)
 	}
-	m := nonceRe.FindStringSubmatch(res.GetHeaders("WWW-Authenticate")[idx].Value())
+	chal := hs[0].Value()
+	for _, h := range hs {
+		if strings.Contains(h.Value(), "algorithm="+alg+",") {
+			chal = h.Value()
+		}
+	}
+	m := nonceRe.FindStringSubmatch(chal)
 	if m == nil {
 		t.Fatalf("no nonce in %s", res)
 	}
@@ -276,8 +352,42 @@ func TestUnknownUserIndistinguishableFromWrongPassword(t *testing.T) {
 	}
 }
 
+// TestOnAuthSuccessCanRefuse: valid credentials are reported with the
+// source, realm and username, and refused with 403 when the hook says so.
+func TestOnAuthSuccessCanRefuse(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	refuse := true
+	e := newEnv(t, func(o *registrar.Options) {
+		o.OnAuthSuccess = func(src netip.AddrPort, d, u string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, src.Addr().Unmap().String()+" "+d+" "+u)
+			return !refuse
+		}
+	})
+	p := e.phone(t, "udp", "alice", "alice-secret")
+	if _, res := attempt(t, p, "alice", "alice-secret"); res.StatusCode != 403 {
+		t.Fatalf("refused valid credentials answered %d, want 403", res.StatusCode)
+	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	if _, res := attempt(t, p, "alice", "alice-secret"); res.StatusCode != 200 {
+		t.Fatalf("accepted valid credentials answered %d, want 200", res.StatusCode)
+	}
+	if _, res := attempt(t, p, "alice", "wrong"); res.StatusCode != 403 {
+		t.Fatalf("wrong password answered %d", res.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || seen[0] != seen[1] || !strings.HasPrefix(seen[0], "127.0.0.1 ") || !strings.HasSuffix(seen[0], " alice") {
+		t.Fatalf("successes reported %q, want two for alice from 127.0.0.1 (not the failure)", seen)
+	}
+}
+
 func TestSHA256AndReplay(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnvAlgs(t, []string{"md5", "sha-256"}, nil)
 	p := e.phone(t, "udp", "alice", "alice-secret")
 	ctx := ctxT(t)
 	req := p.RegisterRequest(600)
@@ -518,5 +628,128 @@ func TestConcurrentRegistrations(t *testing.T) {
 	}
 	if n := e.reg.Count(); n != phones {
 		t.Fatalf("%d bindings, want %d (one per phone, refreshed)", n, phones)
+	}
+}
+
+// TestNATKeepalive: a phone whose Contact names another address than the
+// REGISTER came from is behind NAT: over UDP it is granted at most the NAT
+// expiry and pinged with OPTIONS through its mapping; over TCP its
+// connection gets CRLF pings. A phone on its own address gets neither.
+func TestNATKeepalive(t *testing.T) {
+	e := newEnv(t, func(o *registrar.Options) {
+		o.KeepaliveInterval = 100 * time.Millisecond
+		o.NATExpires = 90 * time.Second
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	natted := e.phone(t, "udp", "alice", "alice-secret")
+	req := natted.RegisterRequest(3600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "alice", Host: "192.168.77.9", Port: 5060}})
+	res, err := natted.SendAuth(ctxT(t), req)
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("register: %v %v", res, err)
+	}
+	exp, _ := res.Contact().Params.Get("expires")
+	if exp != "90" {
+		t.Errorf("expiry granted behind NAT over UDP: %s, want the 90 s cap", exp)
+	}
+	direct := e.phone(t, "udp", "bob", "bob-secret")
+	if res := direct.MustRegister(ctxT(t), 3600); res.Contact() == nil {
+		t.Fatal("no contact in the answer")
+	} else if exp, _ := res.Contact().Params.Get("expires"); exp != "3600" {
+		t.Errorf("expiry granted to a phone on its own address: %s", exp)
+	}
+
+	deadline := time.Now().Add(5 * time.Second)
+	for natted.OptionsReceived() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keepalive OPTIONS reached the phone behind NAT in 5 s; stats %+v", natted.OptionsReceived(), e.reg.KeepaliveStats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := direct.OptionsReceived(); n != 0 {
+		t.Errorf("%d keepalives sent to a phone not behind NAT", n)
+	}
+
+	tcp := e.phone(t, "tcp", "bob", "bob-secret")
+	treq := tcp.RegisterRequest(3600)
+	treq.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "bob", Host: "192.168.77.10", Port: 5060,
+		UriParams: sip.HeaderParams{{K: "transport", V: "tcp"}}}})
+	if res, err := tcp.SendAuth(ctxT(t), treq); err != nil || res.StatusCode != 200 {
+		t.Fatalf("tcp register: %v %v", res, err)
+	} else if exp, _ := res.Contact().Params.Get("expires"); exp != "3600" {
+		t.Errorf("expiry over TCP shortened to %s: only UDP mappings need it", exp)
+	}
+	before := e.reg.KeepaliveStats()
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		st := e.reg.KeepaliveStats()
+		if st.Sent-st.Answered >= before.Sent-before.Answered+2 {
+			if st.Failed != before.Failed {
+				t.Fatalf("pings failed: %+v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no CRLF pings on the TCP connection: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOnChange: every binding added, refreshed, removed, dropped and
+// expired is told, outside the registrar's locks (the hook reads it back).
+func TestOnChange(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	var reg *registrar.Registrar
+	clock := time.Now()
+	e := newEnv(t, func(o *registrar.Options) {
+		o.SweepInterval = 20 * time.Millisecond
+		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+		o.OnChange = func(c registrar.Change, b registrar.Binding) {
+			_ = reg.Count() // would deadlock under the registrar's lock
+			mu.Lock()
+			got = append(got, c.String()+" "+b.Username)
+			mu.Unlock()
+		}
+	})
+	reg = e.reg
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	alice := e.phone(t, "udp", "alice", "alice-secret")
+	alice.MustRegister(ctxT(t), 60)
+	alice.MustRegister(ctxT(t), 60)
+	alice.MustRegister(ctxT(t), 0)
+	bob := e.phone(t, "udp", "bob", "bob-secret")
+	bob.MustRegister(ctxT(t), 60)
+	e.reg.Drop(tenant, "102")
+	bob.MustRegister(ctxT(t), 60)
+	mu.Lock()
+	clock = clock.Add(2 * time.Minute)
+	mu.Unlock()
+	want := []string{"added alice", "refreshed alice", "removed alice", "added bob", "removed bob", "added bob", "expired bob"}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		s := strings.Join(got, ", ")
+		mu.Unlock()
+		if n >= len(want) {
+			if s != strings.Join(want, ", ") {
+				t.Fatalf("changes %s\nwant    %s", s, strings.Join(want, ", "))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("changes %s; want %s", s, strings.Join(want, ", "))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -28,15 +28,31 @@ type Call struct {
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
 	infos     chan []byte
+	acks      chan *sip.Request // ACKs received for the call's dialog
+
+	// lastReInvite is the transaction and 2xx of the latest re-INVITE the
+	// phone answered, for RepeatReInviteAnswer.
+	lastReInviteTx  sip.ServerTransaction
+	lastReInvite2xx *sip.Response
+
+	late        *lateOffer // the INVITE went without SDP
+	earlyStatus int        // status of the provisional that carried SDP
+	offer2xx    *SDP       // late offer: the offer the 2xx carried
 
 	early                                              chan struct{}
 	ringOnce, endOnce, cancelOnce, doneOnce, earlyOnce sync.Once
 	remoteBye                                          bool
 }
 
+// lateOffer says how a late-offer call answers the 2xx's offer.
+type lateOffer struct {
+	answer bool // put an SDP answer in the ACK
+}
+
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8)}
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
+		acks: make(chan *sip.Request, 16)}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -50,10 +66,15 @@ func (c *Call) dial(ctx context.Context) {
 	err = d.WaitAnswer(ctx, sipgo.AnswerOptions{
 		Username: c.p.opts.Username, Password: c.p.opts.Password,
 		OnResponse: func(r *sip.Response) error {
-			if r.StatusCode == 183 && len(r.Body()) > 0 {
+			if (r.StatusCode == 183 || r.StatusCode == 180) && len(r.Body()) > 0 && c.late == nil {
 				if s, err := ParseSDP(r.Body()); err == nil {
 					c.media.setRemote(s.Addr)
-					c.earlyOnce.Do(func() { close(c.early) })
+					c.earlyOnce.Do(func() {
+						c.mu.Lock()
+						c.earlyStatus = r.StatusCode
+						c.mu.Unlock()
+						close(c.early)
+					})
 				}
 			}
 			if r.StatusCode == 180 || r.StatusCode == 183 {
@@ -74,20 +95,62 @@ func (c *Call) dial(ctx context.Context) {
 		c.finish(status, err)
 		return
 	}
-	if err := d.Ack(context.Background()); err != nil {
+	// Known before the ACK leaves: the far end may send BYE right after.
+	c.p.addCall(d.ID, c)
+	if c.late != nil {
+		err = c.ackLateOffer(d)
+	} else {
+		err = d.Ack(context.Background())
+	}
+	if err != nil {
 		c.finish(200, fmt.Errorf("ack: %w", err))
 		return
 	}
 	if ans, err := ParseSDP(d.InviteResponse.Body()); err == nil {
 		c.media.setRemote(ans.Addr)
 	}
-	c.p.addCall(d.ID, c)
 	close(c.answered)
 	c.finish(200, nil)
 	go func() {
 		<-d.Context().Done()
 		c.markEnded(false)
 	}()
+}
+
+// ackLateOffer ACKs the 2xx of a late-offer INVITE, with the answer to
+// its offer when the call is set to answer.
+func (c *Call) ackLateOffer(d *sipgo.DialogClientSession) error {
+	offer, err := ParseSDP(d.InviteResponse.Body())
+	c.mu.Lock()
+	c.offer2xx = offer
+	c.mu.Unlock()
+	uri := d.InviteRequest.Recipient
+	if ct := d.InviteResponse.Contact(); ct != nil {
+		uri = ct.Address
+	}
+	ack := sip.NewRequest(sip.ACK, uri)
+	ack.SetDestination(c.p.opts.PBX.String())
+	if c.late.answer && err == nil {
+		common := intersect(offer.Codecs, c.p.opts.Codecs)
+		ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		ack.SetBody(BuildSDPEvent(c.media.Port(), common, "sendrecv", c.p.te()))
+	}
+	return d.WriteAck(context.Background(), ack)
+}
+
+// EarlyStatus is the status of the provisional response that brought
+// early media to an outgoing call (180 or 183), zero without.
+func (c *Call) EarlyStatus() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.earlyStatus
+}
+
+// OfferIn2xx is the offer a late-offer call got in the 2xx (nil before).
+func (c *Call) OfferIn2xx() *SDP {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.offer2xx
 }
 
 func (c *Call) finish(status int, err error) {
@@ -200,6 +263,40 @@ func (c *Call) Hangup(ctx context.Context) error {
 // ReInvite sends a re-INVITE with the phone's SDP and direction
 // ("sendonly" to hold, "sendrecv" to resume) and returns the answer.
 func (c *Call) ReInvite(ctx context.Context, direction string) (*sip.Response, *SDP, error) {
+	ri, err := c.StartReInvite(ctx, BuildSDP(c.media.Port(), []uint8{c.media.pt}, direction))
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := ri.Final(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !res.IsSuccess() {
+		return res, nil, nil
+	}
+	if err := ri.Ack(ctx, nil); err != nil {
+		return res, nil, err
+	}
+	ans, err := ParseSDP(res.Body())
+	if err == nil && ans.Addr.IsValid() {
+		c.media.setRemote(ans.Addr)
+	}
+	return res, ans, err
+}
+
+// ReInviteTx is a re-INVITE the phone sent, driven step by step: the test
+// decides when (and whether) to ACK its 2xx.
+type ReInviteTx struct {
+	c       *Call
+	uri     sip.Uri
+	tx      sip.ClientTransaction
+	retrans chan *sip.Response
+}
+
+// StartReInvite sends a re-INVITE with body as SDP (nil: no offer, RFC 3261
+// section 14.1 lets the answerer offer in its 2xx) and returns without
+// waiting for the answer.
+func (c *Call) StartReInvite(ctx context.Context, body []byte) (*ReInviteTx, error) {
 	var uri sip.Uri
 	if c.dc != nil {
 		uri = c.dc.InviteResponse.Contact().Address
@@ -208,34 +305,87 @@ func (c *Call) ReInvite(ctx context.Context, direction string) (*sip.Response, *
 	}
 	req := sip.NewRequest(sip.INVITE, uri)
 	req.SetDestination(c.p.opts.PBX.String())
-	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
-	req.SetBody(BuildSDP(c.media.Port(), []uint8{c.media.pt}, direction))
-	var res *sip.Response
+	if body != nil {
+		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	}
+	req.SetBody(body)
+	var tx sip.ClientTransaction
 	var err error
 	if c.dc != nil {
-		res, err = c.dc.Do(ctx, req)
+		tx, err = c.dc.TransactionRequest(ctx, req)
 	} else {
-		res, err = c.ds.Do(ctx, req)
+		tx, err = c.ds.TransactionRequest(ctx, req)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if res.IsSuccess() {
-		ack := sip.NewRequest(sip.ACK, uri)
-		ack.SetDestination(c.p.opts.PBX.String())
-		if c.dc != nil {
-			err = c.dc.WriteAck(ctx, ack)
-		} else {
-			err = c.ds.WriteRequest(ack)
+	ri := &ReInviteTx{c: c, uri: uri, tx: tx, retrans: make(chan *sip.Response, 16)}
+	tx.OnRetransmission(func(r *sip.Response) {
+		select {
+		case ri.retrans <- r:
+		default:
 		}
-		if err != nil {
-			return res, nil, fmt.Errorf("ack: %w", err)
+	})
+	return ri, nil
+}
+
+// Final waits for the final response.
+func (ri *ReInviteTx) Final(ctx context.Context) (*sip.Response, error) {
+	for {
+		select {
+		case res := <-ri.tx.Responses():
+			if res.IsProvisional() {
+				continue
+			}
+			return res, nil
+		case <-ri.tx.Done():
+			return nil, ri.tx.Err()
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-		ans, err := ParseSDP(res.Body())
-		if err == nil && ans.Addr.IsValid() {
-			c.media.setRemote(ans.Addr)
-		}
-		return res, ans, err
 	}
-	return res, nil, nil
+}
+
+// Retransmissions delivers every retransmission of the 2xx.
+func (ri *ReInviteTx) Retransmissions() <-chan *sip.Response { return ri.retrans }
+
+// Ack sends the ACK for the 2xx, with body (the SDP answer to an offer in
+// the 2xx) when not nil.
+func (ri *ReInviteTx) Ack(ctx context.Context, body []byte) error {
+	c := ri.c
+	ack := sip.NewRequest(sip.ACK, ri.uri)
+	ack.SetDestination(c.p.opts.PBX.String())
+	if body != nil {
+		ack.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+		ack.SetBody(body)
+	}
+	var err error
+	if c.dc != nil {
+		err = c.dc.WriteAck(ctx, ack)
+	} else {
+		err = c.ds.WriteRequest(ack)
+	}
+	if err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	return nil
+}
+
+// Terminate ends the re-INVITE's client transaction: later 2xx
+// retransmissions then reach no transaction.
+func (ri *ReInviteTx) Terminate() { ri.tx.Terminate() }
+
+// Acks delivers the ACKs the phone received in the call's dialog.
+func (c *Call) Acks() <-chan *sip.Request { return c.acks }
+
+// RepeatReInviteAnswer sends the 2xx of the latest re-INVITE the phone
+// answered once more, as a phone whose ACK was lost does.
+func (c *Call) RepeatReInviteAnswer() error {
+	c.mu.Lock()
+	tx, res := c.lastReInviteTx, c.lastReInvite2xx
+	c.mu.Unlock()
+	if tx == nil {
+		return errors.New("no re-invite answered")
+	}
+	return tx.Respond(res)
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,9 @@ type Behaviour struct {
 	// EarlyMedia sends 183 Session Progress with SDP instead of 180; the
 	// call's Media is usable from then on.
 	EarlyMedia bool
+	// EarlyStatus is the provisional status carrying early media: 183
+	// (default) or 180, as carriers playing ringback send.
+	EarlyStatus int
 }
 
 // Options configures a Phone.
@@ -65,8 +69,9 @@ type Phone struct {
 	srv    *sipgo.Server
 	client *sipgo.Client
 	addr   netip.AddrPort
-	cancel context.CancelFunc
 	served chan struct{}
+
+	options atomic.Int64 // OPTIONS received
 
 	contact sip.ContactHeader
 
@@ -144,6 +149,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnBye(p.onBye)
 	p.srv.OnInfo(p.onInfo)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
+		p.options.Add(1)
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 	})
 	go func() {
@@ -208,6 +214,9 @@ func (p *Phone) te() uint8 {
 	}
 	return p.opts.TelephoneEvent
 }
+
+// OptionsReceived is how many OPTIONS requests the phone has answered.
+func (p *Phone) OptionsReceived() int64 { return p.options.Load() }
 
 // Addr is the phone's listening address.
 func (p *Phone) Addr() netip.AddrPort { return p.addr }
@@ -355,7 +364,15 @@ func (p *Phone) findCall(req *sip.Request) *Call {
 }
 
 func (p *Phone) onAck(req *sip.Request, tx sip.ServerTransaction) {
-	if c := p.findCall(req); c != nil && c.ds != nil {
+	c := p.findCall(req)
+	if c == nil {
+		return
+	}
+	select {
+	case c.acks <- req:
+	default:
+	}
+	if c.ds != nil {
 		_ = c.ds.ReadAck(req, tx)
 	}
 }
@@ -432,7 +449,11 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		}
 		c.media = media
 		media.setRemote(offer.Addr)
-		_ = ds.Respond(183, "Session Progress", BuildSDPEvent(media.Port(), common, "sendrecv", p.te()), sip.NewHeader("Content-Type", "application/sdp"))
+		status, reason := 183, "Session Progress"
+		if b.EarlyStatus == 180 {
+			status, reason = 180, "Ringing"
+		}
+		_ = ds.Respond(status, reason, BuildSDPEvent(media.Port(), common, "sendrecv", p.te()), sip.NewHeader("Content-Type", "application/sdp"))
 		close(c.early)
 	} else {
 		_ = ds.Respond(180, "Ringing", nil)
@@ -521,6 +542,9 @@ func (p *Phone) onReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	res := sip.NewSDPResponseFromRequest(req, BuildSDP(port, pt, answerDirection(offer.Direction)))
 	res.AppendHeader(sip.HeaderClone(&p.contact))
+	c.mu.Lock()
+	c.lastReInviteTx, c.lastReInvite2xx = tx, res
+	c.mu.Unlock()
 	_ = tx.Respond(res)
 }
 
@@ -557,8 +581,19 @@ func (p *Phone) Dial(ctx context.Context, target string) *Call {
 	return p.DialWith(ctx, target)
 }
 
+// DialLateOffer calls target with an INVITE without SDP (RFC 3261 section
+// 13.2.1): the offer comes in the 2xx and the phone answers in the ACK, or
+// sends an ACK without SDP when answer is false.
+func (p *Phone) DialLateOffer(ctx context.Context, target string, answer bool) *Call {
+	return p.dial(ctx, target, &lateOffer{answer: answer})
+}
+
 // DialWith is Dial with extra headers on the INVITE.
 func (p *Phone) DialWith(ctx context.Context, target string, headers ...sip.Header) *Call {
+	return p.dial(ctx, target, nil, headers...)
+}
+
+func (p *Phone) dial(ctx context.Context, target string, late *lateOffer, headers ...sip.Header) *Call {
 	ruri := sip.Uri{Scheme: "sip", User: target, Host: p.opts.Domain}
 	req := p.newRequest(sip.INVITE, ruri)
 	from := &sip.FromHeader{DisplayName: strings.ToUpper(p.opts.Username), Address: p.aor()}
@@ -566,18 +601,23 @@ func (p *Phone) DialWith(ctx context.Context, target string, headers ...sip.Head
 	req.AppendHeader(from)
 	req.AppendHeader(&sip.ToHeader{Address: ruri})
 	req.AppendHeader(sip.HeaderClone(&p.contact))
-	req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	if late == nil {
+		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
+	}
 	for _, h := range headers {
 		req.AppendHeader(h)
 	}
 	c := newCall(p, req)
+	c.late = late
 	media, err := p.newMedia(p.opts.Codecs[0])
 	if err != nil {
 		c.finish(0, err)
 		return c
 	}
 	c.media = media
-	req.SetBody(BuildSDPEvent(media.Port(), p.opts.Codecs, "sendrecv", p.te()))
+	if late == nil {
+		req.SetBody(BuildSDPEvent(media.Port(), p.opts.Codecs, "sendrecv", p.te()))
+	}
 	go c.dial(ctx)
 	return c
 }

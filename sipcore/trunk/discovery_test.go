@@ -118,29 +118,51 @@ func TestDiscoverRecords(t *testing.T) {
 		z.a["edge2.carrier.test."] = []string{"127.0.0.31"}
 		z.a["plain.test."] = []string{"127.0.0.40"}
 		z.srv["_sip._udp.srvonly.test."] = []*dns.SRV{{Target: "edge1.carrier.test.", Port: 5060}}
+		z.srv["_sip._udp.prio.test."] = []*dns.SRV{
+			{Target: "edge2.carrier.test.", Port: 5080, Priority: 20, Weight: 1},
+			{Target: "edge1.carrier.test.", Port: 5070, Priority: 10, Weight: 1},
+		}
 	})
 	r := z.resolver()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	ap := func(ss ...string) []netip.AddrPort {
+		var out []netip.AddrPort
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddrPort(s))
+		}
+		return out
+	}
 	tests := []struct {
 		host      string
+		transport string
+		srv       bool
 		host4, al []netip.Addr
+		dest      []netip.AddrPort
 		err       bool
 	}{
-		{"carrier.test", addrs("127.0.0.20", "127.0.0.21", "::1"), addrs("127.0.0.20", "127.0.0.21", "127.0.0.30", "127.0.0.31", "::1"), false},
-		{"plain.test.", addrs("127.0.0.40"), addrs("127.0.0.40"), false},
-		{"srvonly.test", nil, addrs("127.0.0.30"), false},
-		{"127.0.0.9", addrs("127.0.0.9"), addrs("127.0.0.9"), false},
-		{"nothing.test", nil, nil, true},
+		{"carrier.test", "udp", false, addrs("127.0.0.20", "127.0.0.21", "::1"), addrs("127.0.0.20", "127.0.0.21", "127.0.0.30", "127.0.0.31", "::1"),
+			ap("127.0.0.20:5090", "127.0.0.21:5090", "[::1]:5090"), false},
+		// No port configured: the SRV records of the trunk's transport win (RFC 3263 4.2).
+		{"carrier.test", "udp", true, addrs("127.0.0.20", "127.0.0.21", "::1"), addrs("127.0.0.20", "127.0.0.21", "127.0.0.30", "127.0.0.31", "::1"),
+			ap("127.0.0.30:5060"), false},
+		{"carrier.test", "tcp", true, addrs("127.0.0.20", "127.0.0.21", "::1"), addrs("127.0.0.20", "127.0.0.21", "127.0.0.30", "127.0.0.31", "::1"),
+			ap("127.0.0.31:5060"), false},
+		{"plain.test.", "udp", true, addrs("127.0.0.40"), addrs("127.0.0.40"), ap("127.0.0.40:5090"), false},
+		{"srvonly.test", "udp", true, nil, addrs("127.0.0.30"), ap("127.0.0.30:5060"), false},
+		{"srvonly.test", "udp", false, nil, addrs("127.0.0.30"), nil, false},
+		{"prio.test", "udp", true, nil, addrs("127.0.0.30", "127.0.0.31"), ap("127.0.0.30:5070", "127.0.0.31:5080"), false},
+		{"127.0.0.9", "udp", true, addrs("127.0.0.9"), addrs("127.0.0.9"), ap("127.0.0.9:5090"), false},
+		{"nothing.test", "udp", true, nil, nil, nil, true},
 	}
 	for _, tt := range tests {
-		d, err := discover(ctx, r, tt.host)
+		d, err := discover(ctx, r, tt.host, tt.transport, 5090, tt.srv)
 		if (err != nil) != tt.err {
 			t.Errorf("%s: err %v", tt.host, err)
 			continue
 		}
-		if !slices.Equal(d.host, tt.host4) || !slices.Equal(d.all, tt.al) {
-			t.Errorf("%s: host %v all %v; want %v %v", tt.host, d.host, d.all, tt.host4, tt.al)
+		if !slices.Equal(d.host, tt.host4) || !slices.Equal(d.all, tt.al) || !slices.Equal(d.dest, tt.dest) {
+			t.Errorf("%s %s srv=%v: host %v all %v dest %v; want %v %v %v", tt.host, tt.transport, tt.srv, d.host, d.all, d.dest, tt.host4, tt.al, tt.dest)
 		}
 	}
 }

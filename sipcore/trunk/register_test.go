@@ -2,7 +2,9 @@ package trunk
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/emiago/sipgo/sip"
 	"github.com/icholy/digest"
+	"github.com/miekg/dns"
 
 	"pbx/sipcore"
 )
@@ -23,6 +26,7 @@ type registrar struct {
 
 	mu       sync.Mutex
 	status   int
+	grant    string // Contact expires granted; empty: what was asked
 	accepted []registered
 	attempts int
 }
@@ -34,6 +38,7 @@ type registered struct {
 	callID    string
 	cseq      uint32
 	transport string
+	ruri      string
 }
 
 const (
@@ -100,10 +105,14 @@ func (r *registrar) handle(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	exp := req.GetHeader("Expires").Value()
 	r.accepted = append(r.accepted, registered{at: time.Now(), expires: exp, contact: req.Contact().Address.String(),
-		callID: req.CallID().Value(), cseq: req.CSeq().SeqNo, transport: req.Transport()})
+		callID: req.CallID().Value(), cseq: req.CSeq().SeqNo, transport: req.Transport(), ruri: req.Recipient.String()})
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	ct := *req.Contact()
-	ct.Params = sip.HeaderParams{{K: "expires", V: exp}}
+	grant := exp
+	if r.grant != "" {
+		grant = r.grant
+	}
+	ct.Params = sip.HeaderParams{{K: "expires", V: grant}}
 	res.AppendHeader(&ct)
 	_ = tx.Respond(res)
 }
@@ -182,8 +191,15 @@ func TestRegisterAndRefreshOnTime(t *testing.T) {
 // status and retried with a growing delay; Refresh retries at once.
 func TestRegisterFailureBacksOff(t *testing.T) {
 	reg := startRegistrar(t, sip.StatusForbidden)
+	var smu sync.Mutex
+	var states []string
+	onState := func(st Status) {
+		smu.Lock()
+		states = append(states, st.State)
+		smu.Unlock()
+	}
 	m := startPBX(t, Trunk{Name: "carrier", Host: "127.0.0.2", Port: int(reg.addr.Port()), Username: testUser, Password: testPass,
-		Register: true, Expiry: time.Minute}, Options{RetryMin: 200 * time.Millisecond, RetryMax: 800 * time.Millisecond})
+		Register: true, Expiry: time.Minute}, Options{RetryMin: 200 * time.Millisecond, RetryMax: 800 * time.Millisecond, OnState: onState})
 	waitFor(t, "failure reported", func() bool { return m.Status()[0].State == StateFailed })
 	st := m.Status()[0]
 	if !strings.Contains(st.LastError, "403") || !st.ExpiresAt.IsZero() {
@@ -208,6 +224,12 @@ func TestRegisterFailureBacksOff(t *testing.T) {
 	waitFor(t, "registered after refresh", func() bool { return m.Status()[0].State == StateRegistered })
 	if st := m.Status()[0]; st.LastError != "" {
 		t.Errorf("last error kept after success: %q", st.LastError)
+	}
+	// Told once per change, not once per attempt.
+	smu.Lock()
+	defer smu.Unlock()
+	if strings.Join(states, " ") != "failed registered" {
+		t.Errorf("state changes told: %v", states)
 	}
 }
 
@@ -237,5 +259,88 @@ func TestRegisterOverTCP(t *testing.T) {
 	acc, _ := reg.snapshot()
 	if len(acc) != 1 || acc[0].transport != "TCP" || !strings.HasSuffix(acc[0].contact, ";transport=tcp") || acc[0].expires != "60" {
 		t.Errorf("registrations %+v", acc)
+	}
+}
+
+// TestRegisterPeriodIsConfiguredExpiry: a carrier that grants an hour does
+// not stretch the period the operator configured.
+func TestRegisterPeriodIsConfiguredExpiry(t *testing.T) {
+	reg := startRegistrar(t, sip.StatusOK)
+	reg.mu.Lock()
+	reg.grant = "3600"
+	reg.mu.Unlock()
+	const expiry = 2 * time.Second
+	m := startPBX(t, Trunk{Name: "carrier", Host: "127.0.0.2", Port: int(reg.addr.Port()), Username: testUser, Password: testPass,
+		Register: true, Expiry: expiry}, Options{})
+	waitFor(t, "registered", func() bool { return m.Status()[0].State == StateRegistered })
+	deadline := time.Now().Add(3 * expiry)
+	for {
+		if acc, _ := reg.snapshot(); len(acc) >= 3 {
+			for i := 1; i < len(acc); i++ {
+				if gap := acc[i].at.Sub(acc[i-1].at); gap >= expiry {
+					t.Errorf("re-registration %d came %v after the previous one; the configured period is %v", i, gap, expiry)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			acc, _ := reg.snapshot()
+			t.Fatalf("%d registrations in %v: the carrier's hour was taken as the period", len(acc), 3*expiry)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRegisterSRVFailover: a carrier domain with SRV records only is
+// registered at its targets in priority order; a target answering 503 and
+// one that never answers are passed over for the next (RFC 3263 4.3), and
+// the Request-URI names the domain without a port.
+func TestRegisterSRVFailover(t *testing.T) {
+	busy := startServer(t, "127.0.0.3", func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil))
+		})
+	})
+	<-busy.Ready()
+	busyAddr, _ := busy.Addr("udp")
+	silent, err := net.ListenPacket("udp", "127.0.0.4:0") // bound, never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	silentPort := silent.LocalAddr().(*net.UDPAddr).Port
+	reg := startRegistrar(t, sip.StatusOK)
+
+	z := startZone(t)
+	z.set(func(z *zone) {
+		z.srv["_sip._udp.srvonly.test."] = []*dns.SRV{
+			{Target: "c.srvonly.test.", Port: reg.addr.Port(), Priority: 30, Weight: 1},
+			{Target: "a.srvonly.test.", Port: busyAddr.Port(), Priority: 10, Weight: 1},
+			{Target: "b.srvonly.test.", Port: uint16(silentPort), Priority: 20, Weight: 1},
+		}
+		z.a["a.srvonly.test."] = []string{"127.0.0.3"}
+		z.a["b.srvonly.test."] = []string{"127.0.0.4"}
+		z.a["c.srvonly.test."] = []string{"127.0.0.2"}
+	})
+	m := startPBX(t, Trunk{Name: "carrier", Host: "srvonly.test", SRV: true, Username: testUser, Password: testPass,
+		Register: true, Expiry: time.Minute, AutoIPs: true},
+		Options{Resolver: z.resolver(), RegisterTimeout: time.Second, RetryMin: time.Hour})
+	want := []netip.AddrPort{
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.3"), busyAddr.Port()),
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.4"), uint16(silentPort)),
+		netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), reg.addr.Port()),
+	}
+	waitFor(t, "discovery", func() bool { return slices.Equal(m.Destinations("carrier"), want) })
+	waitFor(t, "registered at the third target", func() bool { return m.Status()[0].State == StateRegistered })
+	if dst, ok := m.Destination("carrier"); !ok || dst != want[0] {
+		t.Errorf("first destination %v %v, want %v", dst, ok, want[0])
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if len(reg.accepted) != 1 {
+		t.Fatalf("%d registrations reached the working target", len(reg.accepted))
+	}
+	if got := reg.accepted[0].ruri; got != "sip:srvonly.test" {
+		t.Errorf("Request-URI %s, want the domain without a port", got)
 	}
 }

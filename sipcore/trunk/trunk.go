@@ -39,10 +39,14 @@ const (
 
 // Trunk is one carrier trunk.
 type Trunk struct {
-	Name       string
-	Tenant     string // opaque label, returned by Match
-	Host       string // host name or address
-	Port       int    // 0: DefaultPort
+	Name   string
+	Tenant string // opaque label, returned by Match
+	Host   string // host name or address
+	Port   int    // 0: DefaultPort
+	// SRV resolves Host by its _sip._<transport> SRV records first (RFC 3263
+	// section 4.2), as for a URI without a port; set it when no port was
+	// configured. Without SRV records the host's addresses on Port are used.
+	SRV        bool
 	Transport  string // "udp" (default) or "tcp"
 	ListenerID string // send through this listener; empty: the first of Transport
 
@@ -71,6 +75,9 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// RegisterTimeout bounds one REGISTER exchange, digest included.
 	RegisterTimeout time.Duration
+	// OnState, when set, is told a trunk's status whenever its registration
+	// state or last error changes. It must be quick.
+	OnState func(Status)
 }
 
 // Status is a trunk's live state.
@@ -172,7 +179,8 @@ func New(trunks []Trunk, opts Options, log *slog.Logger) (*Manager, error) {
 		}
 		if ip, err := netip.ParseAddr(strings.Trim(t.Host, "[]")); err == nil {
 			// An address needs no lookup: trusted and reachable from the start.
-			s.found = discovered{host: []netip.Addr{ip.Unmap()}, all: []netip.Addr{ip.Unmap()}}
+			s.found = discovered{host: []netip.Addr{ip.Unmap()}, all: []netip.Addr{ip.Unmap()},
+				dest: []netip.AddrPort{netip.AddrPortFrom(ip.Unmap(), uint16(t.Port))}}
 			s.discovered = time.Now()
 		}
 		m.trunks = append(m.trunks, s)
@@ -281,9 +289,9 @@ func (s *state) status(auto bool) Status {
 	return st
 }
 
-// Destination is where calls and registrations to the trunk go: its
-// address, or the first address its host resolved to (IPv4 first). ok is
-// false while a host name has not resolved.
+// Destination is where calls and registrations to the trunk go first: its
+// address, its most preferred SRV target, or the first address its host
+// resolved to (IPv4 first). ok is false while a host name has not resolved.
 func (m *Manager) Destination(name string) (netip.AddrPort, bool) {
 	s, ok := m.byName[name]
 	if !ok {
@@ -292,20 +300,30 @@ func (m *Manager) Destination(name string) (netip.AddrPort, bool) {
 	return s.destination()
 }
 
+// Destinations is every place a request to the trunk may go, most
+// preferred first: a client that gets no answer or a 503 from one tries the
+// next (RFC 3263 section 4.3).
+func (m *Manager) Destinations(name string) []netip.AddrPort {
+	s, ok := m.byName[name]
+	if !ok {
+		return nil
+	}
+	return s.destinations()
+}
+
 func (s *state) destination() (netip.AddrPort, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.found.host) == 0 {
+	if len(s.found.dest) == 0 {
 		return netip.AddrPort{}, false
 	}
-	ip := s.found.host[0]
-	for _, a := range s.found.host {
-		if a.Is4() {
-			ip = a
-			break
-		}
-	}
-	return netip.AddrPortFrom(ip, uint16(s.Port)), true
+	return s.found.dest[0], true
+}
+
+func (s *state) destinations() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.found.dest)
 }
 
 // index maps source addresses to trunks.
@@ -407,7 +425,7 @@ func (m *Manager) discoverLoop(ctx context.Context, s *state) {
 // discoverOnce resolves s's host; a failure keeps the last good set.
 func (m *Manager) discoverOnce(ctx context.Context, s *state) {
 	lctx, cancel := context.WithTimeout(ctx, m.opts.LookupTimeout)
-	d, err := discover(lctx, m.opts.Resolver, s.Host)
+	d, err := discover(lctx, m.opts.Resolver, s.Host, s.Transport, s.Port, s.SRV)
 	cancel()
 	if ctx.Err() != nil {
 		return
@@ -417,7 +435,7 @@ func (m *Manager) discoverOnce(ctx context.Context, s *state) {
 	if err != nil {
 		s.lookupErr = err.Error()
 	} else {
-		changed = !slices.Equal(d.all, s.found.all)
+		changed = !slices.Equal(d.all, s.found.all) || !slices.Equal(d.dest, s.found.dest)
 		s.found, s.discovered, s.lookupErr = d, time.Now(), ""
 	}
 	s.mu.Unlock()
@@ -426,7 +444,7 @@ func (m *Manager) discoverOnce(ctx context.Context, s *state) {
 		return
 	}
 	if changed {
-		m.log.Info("trunk addresses", "trunk", s.Name, "host", s.Host, "addresses", fmt.Sprint(d.all))
+		m.log.Info("trunk addresses", "trunk", s.Name, "host", s.Host, "addresses", fmt.Sprint(d.all), "destinations", fmt.Sprint(d.dest))
 		m.reindex()
 	}
 }

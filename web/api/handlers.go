@@ -76,7 +76,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, _ Query) error 
 	if err != nil {
 		return Internal(fmt.Errorf("status: %w", err))
 	}
-	st := Status{Version: snap.Version, StartedAt: snap.StartedAt}
+	st := Status{Version: snap.Version, StartedAt: snap.StartedAt, Problems: nonNil(snap.Problems), Degraded: len(snap.Problems) > 0}
 	if !snap.StartedAt.IsZero() {
 		st.UptimeS = int64(h.now().Sub(snap.StartedAt).Seconds())
 	}

@@ -59,21 +59,38 @@ type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	Log *slog.Logger
+	// Closing ends every event stream when it is closed (the server is
+	// shutting down); nil: streams end only with their requests.
+	Closing <-chan struct{}
+	// Heartbeat is the period of an event stream's heartbeat comment; 0:
+	// DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Metrics serves GET /v1/metrics; nil: not running.
+	Metrics http.Handler
 }
 
 // Handler serves the management API routes.
 type Handler struct {
-	b       Backends
-	presign bool
-	now     func() time.Time
-	log     *slog.Logger
+	b              Backends
+	presign        bool
+	now            func() time.Time
+	log            *slog.Logger
+	closing        <-chan struct{}
+	heartbeat      time.Duration
+	streams        streams
+	metricsHandler http.Handler
 }
 
 // New returns the handlers over opts.
 func New(opts Options) *Handler {
-	h := &Handler{b: opts.Backends, presign: opts.Presign, now: opts.Now, log: opts.Log}
+	h := &Handler{b: opts.Backends, presign: opts.Presign, now: opts.Now, log: opts.Log, closing: opts.Closing}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	h.metricsHandler = opts.Metrics
+	h.heartbeat = opts.Heartbeat
+	if h.heartbeat <= 0 {
+		h.heartbeat = DefaultHeartbeat
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -117,6 +134,12 @@ func (h *Handler) Resources() []Resource {
 		{"/calls", []Route{
 			{Method: get, Pattern: "/", Scope: ScopeStatus, Query: tenantParam, Handle: h.calls},
 			{Method: post, Pattern: "/{id}/hangup", Scope: ScopeOperate, Action: "call.hangup", Handle: h.hangup},
+		}},
+		{"/metrics", []Route{
+			{Method: get, Pattern: "/", Scope: ScopeStatus, Global: true, Handle: h.metrics},
+		}},
+		{"/events", []Route{
+			{Method: get, Pattern: "/", Scope: ScopeStatus, Handle: h.eventStream},
 		}},
 		{"/cdr", []Route{
 			{Method: get, Pattern: "/", Scope: ScopeCDR, Query: cdrParams, Handle: h.cdrList},

@@ -71,4 +71,7 @@ type Backends struct {
 	Calls         CallSource
 	Guard         Guard
 	CallLog       CallLog
+	Events        EventSource
+	Media         MediaSource
+	CallLogStats  CallLogStatsSource
 }

@@ -12,6 +12,10 @@ type Status struct {
 	Registrations int         `json:"registrations"`
 	Trunks        TrunkCounts `json:"trunks"`
 	Tenants       int         `json:"tenants"`
+	// Degraded is true while something needs an operator (Problems says
+	// what), e.g. call records that cannot be written on a full disk.
+	Degraded bool     `json:"degraded"`
+	Problems []string `json:"problems"`
 }
 
 // TrunkCounts counts trunks by registration state.
@@ -32,6 +36,9 @@ type StatusSnapshot struct {
 	// shown to every caller; shared calls and registrations only to a
 	// caller that sees every tenant.
 	Shared Counts
+	// Problems are process-wide conditions that make the status degraded,
+	// one line each, naming no tenant.
+	Problems []string
 }
 
 // Counts are the activity counters of one tenant (or of no tenant).
@@ -102,6 +109,10 @@ type Call struct {
 	StartedAt  time.Time  `json:"started_at"`
 	AnsweredAt *time.Time `json:"answered_at"`
 	Legs       []CallLeg  `json:"legs"`
+	// Held is true while a party has the call on hold.
+	Held bool `json:"held"`
+	// Cause is set once the call ended (on the event stream's call.ended).
+	Cause string `json:"cause,omitempty"`
 }
 
 // CallLeg is one leg of a call in progress.
@@ -132,10 +143,24 @@ type Counters struct {
 	// Oversize counts datagrams dropped for exceeding security.maxDatagram
 	// (included in Dropped too).
 	Oversize uint64 `json:"oversize"`
-	// Untracked counts packets admitted without tracking because the tracker
-	// was full (security.maxTracked: the guard fails open).
-	Untracked  uint64 `json:"untracked"`
+	// Untracked counts fail-open events: packets admitted, and
+	// authentication failures ignored, without tracking because the tracker
+	// (security.maxTracked) was full of sources with failures or bans.
+	Untracked uint64 `json:"untracked"`
+	// Evicted counts sources without failures or bans forgotten to make
+	// room in the full tracker for new ones.
+	Evicted    uint64 `json:"evicted"`
 	BansIssued uint64 `json:"bans_issued"`
 	BansActive int    `json:"bans_active"`
 	Tracked    int    `json:"tracked"`
+	// AccountFailures counts wrong credentials for existing accounts,
+	// from any source; AccountLocks the locks of accounts they triggered
+	// (distributed password guessing); AccountRefused the valid
+	// credentials refused because their account was locked and their
+	// source had not authenticated for it recently; AccountsLocked the
+	// accounts locked now.
+	AccountFailures uint64 `json:"account_failures"`
+	AccountLocks    uint64 `json:"account_locks"`
+	AccountRefused  uint64 `json:"account_refused"`
+	AccountsLocked  int    `json:"accounts_locked"`
 }

@@ -1,0 +1,61 @@
+package appliance
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"pbx/appliance/cdr"
+	"pbx/sipcore/b2bua"
+)
+
+// TestCallLogRecordsEachTenantsSide: an inter-tenant call is recorded in
+// both tenants' call logs under the call's id, each with its own extension
+// (the callee's tenant: the one called; the caller's: the one calling),
+// and the caller named by extension and presented name.
+func TestCallLogRecordsEachTenantsSide(t *testing.T) {
+	dd := t.TempDir()
+	store, err := cdr.New(cdr.Options{DataDir: dd}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &callLog{store: store, log: slog.New(slog.DiscardHandler)}
+	start := time.Now().Add(-time.Minute)
+	c := b2bua.CallInfo{
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: b2bua.DirectionInternal, SIPCallID: "sip-1",
+		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
+		Caller: b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: "alice", Extension: "100"},
+		Meta:   b2bua.Meta{Tenant: "acme", Direction: b2bua.DirectionInternal, Extension: "200", From: "100", FromName: "Alice"},
+		State:  b2bua.StateAnswered,
+	}
+	l.CallEvent(b2bua.Event{Kind: b2bua.EventAnswered, Call: c})
+	for _, tn := range []string{"acme", "demo"} {
+		if _, err := os.Stat(store.MarkerPath(tn, cdr.ID(c.ID))); err != nil {
+			t.Errorf("in-flight marker of %s: %v", tn, err)
+		}
+	}
+	c.State, c.End, c.Cause, c.SIPStatus = b2bua.StateEnded, start.Add(time.Minute), b2bua.CauseAnswered, 200
+	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: c})
+	for tn, ext := range map[string]string{"acme": "200", "demo": "100"} {
+		rec, err := store.Get(context.Background(), tn, cdr.ID(c.ID))
+		if err != nil {
+			t.Fatalf("record of %s: %v", tn, err)
+		}
+		if rec.Tenant != tn || rec.Extension != ext || rec.Direction != cdr.Internal || rec.From != "100" || rec.FromName != "Alice" ||
+			rec.AnsweredBy != "200" || rec.Cause != cdr.CauseAnswered {
+			t.Errorf("%s's record %+v", tn, rec)
+		}
+		if _, err := os.Stat(store.MarkerPath(tn, cdr.ID(c.ID))); !os.IsNotExist(err) {
+			t.Errorf("%s's marker left after commit: %v", tn, err)
+		}
+	}
+
+	// A call within one tenant has one record.
+	c.ID, c.Caller.Tenant, c.Tenant = b2bua.NewCallID(start), "acme", "acme"
+	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: c})
+	if _, err := store.Get(context.Background(), "demo", cdr.ID(c.ID)); err == nil {
+		t.Errorf("demo has a record of acme's own call")
+	}
+}

@@ -1,0 +1,62 @@
+package appliance
+
+import "pbx/sipcore/b2bua"
+
+// side is one tenant's view of a call. A call has one side, its tenant's;
+// an inter-tenant call (a phone calling another tenant's extension, ring
+// group or number) has two: the callee's tenant (the call's Tenant, which
+// routing chose) sees it as it sees any call delivered to it, and the
+// caller's own tenant sees it as a call its extension placed. Both sides
+// carry the call's id, so each tenant's record of the call is
+// <dataDir>/<tenant>/cdr/.../<id>.json and GET /v1/cdr/{tenant}/{id} finds
+// it with that tenant's token; both are internal calls (neither arrived nor
+// left on a trunk) unless routing said otherwise.
+type side struct {
+	Tenant    string
+	Extension string // the tenant's own extension on the call (called, or calling)
+}
+
+// sidesOf lists the tenants that see call c, its Tenant first; none for a
+// call of no tenant.
+func sidesOf(c *b2bua.CallInfo) []side {
+	if c.Tenant == "" {
+		return nil
+	}
+	out := []side{{Tenant: c.Tenant, Extension: c.Extension}}
+	if ct := c.Caller.Tenant; c.Caller.Kind == b2bua.KindEndpoint && ct != "" && ct != c.Tenant {
+		out = append(out, side{Tenant: ct, Extension: c.Caller.Extension})
+	}
+	return out
+}
+
+// callerOf names the caller of c as its record and the API do: the calling
+// extension (or number) and the display name the PBX presented, as routing
+// set them; else the INVITE's From.
+func callerOf(c *b2bua.CallInfo) (from, name string) {
+	if c.Meta.From != "" {
+		return c.Meta.From, c.Meta.FromName
+	}
+	return c.From, c.FromName
+}
+
+// recordedBy reports whether recording mode (none, inbound, outbound,
+// internal, all) covers call c, matched as the specification says against
+// where the call came from and went: inbound arrived on a trunk, outbound
+// left on one (Meta.Egress; a carrier's call forwarded to a carrier is
+// both), internal did neither. The recording policy reads it once recording
+// runs.
+func recordedBy(mode string, c *b2bua.CallInfo) bool {
+	in := c.Caller.Kind == b2bua.KindTrunk
+	out := c.Meta.Egress == b2bua.KindTrunk
+	switch mode {
+	case "all":
+		return true
+	case "inbound":
+		return in
+	case "outbound":
+		return out
+	case "internal":
+		return !in && !out
+	}
+	return false
+}

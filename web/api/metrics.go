@@ -1,0 +1,55 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// Histogram is a histogram's state for the metrics: cumulative counts by
+// upper bound (seconds), the total count and the sum.
+type Histogram struct {
+	Buckets map[float64]uint64
+	Count   uint64
+	Sum     float64
+}
+
+// MediaTotals are the relay's counters since the process started.
+type MediaTotals struct {
+	Legs        uint64
+	PacketsIn   uint64
+	PacketsOut  uint64
+	BytesIn     uint64
+	BytesOut    uint64
+	PacketsLost uint64
+	Strays      uint64
+	Jitter      Histogram // of closed legs that received audio
+	// Ports of the RTP range: handed out, resting after release, free; and
+	// allocations refused because none could be bound.
+	PortsInUse, PortsResting, PortsFree int
+	PortsExhausted                      uint64
+}
+
+// MediaSource reads the media relay's counters.
+type MediaSource interface {
+	Media(ctx context.Context) (MediaTotals, error)
+}
+
+// CallLogStats are the call record writer's counters.
+type CallLogStats struct {
+	Commits    uint64
+	CommitTime Histogram // write, fsync and rename of one record
+	Pending    int       // records waiting for the disk
+}
+
+// CallLogStatsSource reads the call record writer's counters.
+type CallLogStatsSource interface {
+	CallLogStats(ctx context.Context) (CallLogStats, error)
+}
+
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, _ Query) error {
+	if h.metricsHandler == nil {
+		return NotRunning("metrics")
+	}
+	h.metricsHandler.ServeHTTP(w, r)
+	return nil
+}

@@ -1,0 +1,252 @@
+package web
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pbx/appliance/events"
+	"pbx/web/api"
+)
+
+// scrapeTimeout bounds how long the collectors read the components.
+const scrapeTimeout = 5 * time.Second
+
+// setupBuckets are the call setup time buckets: from the INVITE to the
+// answer, so they run from a quick pickup to a long ring.
+var setupBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60}
+
+// metrics is the process's Prometheus registry: state read from the
+// components at each scrape, counters kept from the event bus and the API
+// middleware, and the Go runtime and process collectors. No label carries a
+// number, an address, a tenant or another unbounded value.
+type metrics struct {
+	reg      *prometheus.Registry
+	b        api.Backends
+	requests *prometheus.CounterVec
+	ended    *prometheus.CounterVec
+	setup    prometheus.Histogram
+	dropped  prometheus.Counter
+	sub      *events.Subscription // calls, from the event bus; nil without one
+}
+
+func newMetrics(b api.Backends) *metrics {
+	m := &metrics{reg: prometheus.NewRegistry(), b: b}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pbx_api_requests_total", Help: "Management API requests by route pattern and status code.",
+	}, []string{"route", "code"})
+	m.ended = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pbx_calls_total", Help: "Calls ended, by direction and cause.",
+	}, []string{"direction", "cause"})
+	m.setup = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "pbx_call_setup_seconds", Help: "Time from a call's INVITE to its answer.", Buckets: setupBuckets,
+	})
+	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pbx_metrics_events_dropped_total", Help: "Call events the metrics lost to a full queue (their counts are low by as many).",
+	})
+	if b.Events != nil {
+		// Subscribed now, so no call is missed before the server runs.
+		m.sub = b.Events.Subscribe(4096, func(e events.Event) bool {
+			return e.Type == events.CallAnswered || e.Type == events.CallEnded
+		})
+	}
+	m.reg.MustRegister(m.requests, m.ended, m.setup, m.dropped, stateCollector{m},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// handler serves the registry in the Prometheus text format.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// observe counts an API request once it is answered.
+func (m *metrics) observe(r *http.Request, code int) {
+	route := "unmatched"
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		route = rc.RoutePattern()
+	}
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+}
+
+// follow counts calls from the event bus until ctx ends.
+func (m *metrics) follow(ctx context.Context) {
+	sub := m.sub
+	if sub == nil {
+		return
+	}
+	defer sub.Close()
+	// A call between tenants is published once for each tenant's side:
+	// count it once.
+	var recent [64]string
+	next := 0
+	seen := func(id string) bool {
+		for _, r := range recent {
+			if r == id {
+				return true
+			}
+		}
+		recent[next] = id
+		next = (next + 1) % len(recent)
+		return false
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-sub.C:
+			if e.Type == events.Resync {
+				m.dropped.Add(float64(dropped(e)))
+				continue
+			}
+			c, ok := e.Data.(api.Call)
+			if !ok {
+				continue
+			}
+			if seen(string(e.Type) + " " + c.ID) {
+				continue
+			}
+			switch e.Type {
+			case events.CallAnswered:
+				if c.AnsweredAt != nil {
+					m.setup.Observe(c.AnsweredAt.Sub(c.StartedAt).Seconds())
+				}
+			case events.CallEnded:
+				m.ended.WithLabelValues(c.Direction, c.Cause).Inc()
+			}
+		}
+	}
+}
+
+func dropped(e events.Event) uint64 {
+	d, _ := e.Data.(map[string]uint64)
+	return d["dropped"]
+}
+
+// stateCollector reads the components at each scrape.
+type stateCollector struct{ m *metrics }
+
+var (
+	descCallsActive = prometheus.NewDesc("pbx_calls_active", "Calls in progress, by direction.", []string{"direction"}, nil)
+	descRegs        = prometheus.NewDesc("pbx_registrations", "Live registrations (contacts bound).", nil, nil)
+	descTrunks      = prometheus.NewDesc("pbx_trunks", "Trunks by state: up (registered, or not registering) or down.", []string{"state"}, nil)
+	descGuardPkts   = prometheus.NewDesc("pbx_guard_packets_total", "SIP packets the security guard saw.", nil, nil)
+	descGuardDrops  = prometheus.NewDesc("pbx_guard_dropped_total", "SIP packets the guard dropped, by reason.", []string{"reason"}, nil)
+	descGuardAuth   = prometheus.NewDesc("pbx_guard_auth_failures_total", "Authentication failures the guard was told of.", nil, nil)
+	descGuardBans   = prometheus.NewDesc("pbx_guard_bans_total", "Bans the guard imposed.", nil, nil)
+	descGuardActive = prometheus.NewDesc("pbx_guard_bans_active", "Sources banned now.", nil, nil)
+	descGuardTrack  = prometheus.NewDesc("pbx_guard_tracked_sources", "Source addresses the guard tracks.", nil, nil)
+	descRTPPkts     = prometheus.NewDesc("pbx_rtp_packets_total", "RTP packets relayed, by direction as the far ends see it.", []string{"direction"}, nil)
+	descRTPBytes    = prometheus.NewDesc("pbx_rtp_bytes_total", "RTP bytes relayed, by direction.", []string{"direction"}, nil)
+	descRTPLost     = prometheus.NewDesc("pbx_rtp_packets_lost_total", "RTP packets lost before reaching the PBX (sequence gaps).", nil, nil)
+	descRTPLegs     = prometheus.NewDesc("pbx_rtp_legs_total", "Media legs opened.", nil, nil)
+	descRTPStrays   = prometheus.NewDesc("pbx_rtp_stray_packets_total", "Packets from other sources than a leg's latched one, dropped.", nil, nil)
+	descRTPPorts    = prometheus.NewDesc("pbx_rtp_ports", "RTP port pairs of the range by state: in_use, resting (after release), free.", []string{"state"}, nil)
+	descRTPExhaust  = prometheus.NewDesc("pbx_rtp_ports_exhausted_total", "Media legs refused because no RTP port could be bound (the call got 503).", nil, nil)
+	descRTPJitter   = prometheus.NewDesc("pbx_rtp_jitter_seconds", "Interarrival jitter of each closed media leg that received audio.", nil, nil)
+	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
+	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
+	descCDRPending  = prometheus.NewDesc("pbx_cdr_pending", "Call records waiting to be written (a full or failing disk).", nil, nil)
+)
+
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
+		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
+		descRTPPorts, descRTPExhaust, descRTPJitter, descCDRCommits, descCDRSeconds, descCDRPending} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	b := c.m.b
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	if b.Calls != nil {
+		if calls, err := b.Calls.Calls(ctx); err == nil {
+			by := map[string]int{"inbound": 0, "outbound": 0, "internal": 0}
+			seen := map[string]bool{}
+			for _, call := range calls {
+				if !seen[call.ID] { // an inter-tenant call is listed once per tenant
+					seen[call.ID] = true
+					by[call.Direction]++
+				}
+			}
+			for dir, n := range by {
+				gauge(descCallsActive, float64(n), dir)
+			}
+		}
+	}
+	if b.Registrations != nil {
+		if regs, err := b.Registrations.Registrations(ctx); err == nil {
+			n, now := 0, time.Now()
+			for _, r := range regs {
+				if r.Online(now) {
+					n++
+				}
+			}
+			gauge(descRegs, float64(n))
+		}
+	}
+	if b.Trunks != nil {
+		if ts, err := b.Trunks.Trunks(ctx); err == nil {
+			up, down := 0, 0
+			for _, t := range ts {
+				if !t.Registration.Enabled || t.Registration.State == "registered" {
+					up++
+				} else {
+					down++
+				}
+			}
+			gauge(descTrunks, float64(up), "up")
+			gauge(descTrunks, float64(down), "down")
+		}
+	}
+	if b.Guard != nil {
+		if g, err := b.Guard.Counters(ctx); err == nil {
+			counter(descGuardPkts, g.Packets)
+			counter(descGuardDrops, g.Denied, "denied")
+			counter(descGuardDrops, g.RateLimited, "rate_limited")
+			counter(descGuardDrops, g.Banned, "banned")
+			counter(descGuardDrops, g.Oversize, "oversize")
+			counter(descGuardAuth, g.AuthFailure)
+			counter(descGuardBans, g.BansIssued)
+			gauge(descGuardActive, float64(g.BansActive))
+			gauge(descGuardTrack, float64(g.Tracked))
+		}
+	}
+	if b.Media != nil {
+		if t, err := b.Media.Media(ctx); err == nil {
+			counter(descRTPPkts, t.PacketsIn, "in")
+			counter(descRTPPkts, t.PacketsOut, "out")
+			counter(descRTPBytes, t.BytesIn, "in")
+			counter(descRTPBytes, t.BytesOut, "out")
+			counter(descRTPLost, t.PacketsLost)
+			counter(descRTPLegs, t.Legs)
+			counter(descRTPStrays, t.Strays)
+			gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
+			gauge(descRTPPorts, float64(t.PortsResting), "resting")
+			gauge(descRTPPorts, float64(t.PortsFree), "free")
+			counter(descRTPExhaust, t.PortsExhausted)
+			ch <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
+		}
+	}
+	if b.CallLogStats != nil {
+		if s, err := b.CallLogStats.CallLogStats(ctx); err == nil {
+			counter(descCDRCommits, s.Commits)
+			ch <- prometheus.MustNewConstHistogram(descCDRSeconds, s.CommitTime.Count, s.CommitTime.Sum, s.CommitTime.Buckets)
+			gauge(descCDRPending, float64(s.Pending))
+		}
+	}
+}
