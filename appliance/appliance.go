@@ -214,6 +214,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	backends.Guard = guardSource{a.guard}
 	backends.Events = a.bus
 	backends.Media = mediaSource{a.media}
+	backends.SIP = sipSource{a.sip}
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
 		backends.CallLogStats = callLogStats{a.cdr}

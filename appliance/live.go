@@ -8,6 +8,7 @@ import (
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/rtpcore"
+	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
@@ -152,4 +153,21 @@ func histogram(bounds []time.Duration, counts []uint64, sum time.Duration) api.H
 		}
 	}
 	return h
+}
+
+// sipSource reads the SIP stack's transport counters for the metrics.
+type sipSource struct{ s *sipcore.Server }
+
+func (x sipSource) SIP(ctx context.Context) (api.SIPStats, error) {
+	st, tcp := x.s.Stats(), x.s.TCPStats()
+	return api.SIPStats{
+		OpenTransactions: st.OpenTransactions, UDPSources: st.UDPPoolEntries,
+		Refused: map[string]uint64{"over_cap": st.RefusedOverCap, "version": st.VersionRejected, "too_large": st.TooLarge},
+		Dropped: map[string]uint64{"bad_version": st.BadVersionDropped, "too_large": st.TooLargeDropped,
+			"malformed": st.MalformedDropped, "queue_full": st.QueueDropped},
+		TCPOpen: tcp.Open, TCPAccepted: tcp.Accepted, TCPAcceptErrors: tcp.AcceptErrors,
+		TCPRefused: map[string]uint64{"total": tcp.RefusedTotal, "per_source": tcp.RefusedSource},
+		TCPClosed: map[string]uint64{"idle": tcp.IdleClosed, "incomplete": tcp.IncompleteClosed, "oversize": tcp.Oversize,
+			"malformed": tcp.Malformed, "throttled": tcp.Throttled},
+	}, nil
 }

@@ -29,6 +29,14 @@ func (fakeMedia) Media(context.Context) (api.MediaTotals, error) {
 		Jitter: api.Histogram{Buckets: map[float64]uint64{0.001: 1, 0.002: 2}, Count: 2, Sum: 0.003}}, nil
 }
 
+type fakeSIP struct{}
+
+func (fakeSIP) SIP(context.Context) (api.SIPStats, error) {
+	return api.SIPStats{OpenTransactions: 12, UDPSources: 40, TCPOpen: 3, TCPAccepted: 9,
+		Refused: map[string]uint64{"over_cap": 5}, Dropped: map[string]uint64{"malformed": 7},
+		TCPRefused: map[string]uint64{"per_source": 2}, TCPClosed: map[string]uint64{"idle": 4}}, nil
+}
+
 type fakeCallLogStats struct{}
 
 func (fakeCallLogStats) CallLogStats(context.Context) (api.CallLogStats, error) {
@@ -88,6 +96,7 @@ func TestMetrics(t *testing.T) {
 	e := newEnv(t, withBus(bus), func(_ *config.API, o *Options) {
 		o.Backends.Media = fakeMedia{}
 		o.Backends.CallLogStats = fakeCallLogStats{}
+		o.Backends.SIP = fakeSIP{}
 	})
 	e.get("/v1/status", secretAdmin)
 	fams := scrape(t, e)
@@ -109,6 +118,12 @@ func TestMetrics(t *testing.T) {
 		{"pbx_rtp_ports_exhausted_total", nil, 3},
 		{"pbx_rtp_jitter_seconds", nil, 2},
 		{"pbx_cdr_commits_total", nil, 7},
+		{"pbx_sip_transactions_open", nil, 12},
+		{"pbx_sip_refused_total", []string{"reason", "over_cap"}, 5},
+		{"pbx_sip_dropped_total", []string{"reason", "malformed"}, 7},
+		{"pbx_sip_tcp_connections", nil, 3},
+		{"pbx_sip_tcp_refused_total", []string{"reason", "per_source"}, 2},
+		{"pbx_sip_tcp_closed_total", []string{"reason", "idle"}, 4},
 		{"pbx_cdr_pending", nil, 2},
 		{"pbx_api_requests_total", []string{"route", "/v1/status", "code", "200"}, 1},
 	}

@@ -288,6 +288,8 @@ func checkMetrics(t *testing.T, api apiClient) {
 		{"pbx_calls_active", []string{"direction", "internal"}, 0},
 		{"pbx_api_requests_total", []string{"route", "/v1/calls/{id}/hangup", "code", "202"}, 1},
 		{"process_resident_memory_bytes", nil, 1},
+		{"pbx_sip_udp_sources", nil, 1},
+		{"pbx_sip_tcp_accepted_total", nil, 0},
 	} {
 		if v := value(c.name, c.labels...); v < c.min {
 			t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, v, c.min)
