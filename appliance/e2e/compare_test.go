@@ -150,6 +150,9 @@ type compareStep struct {
 	done      float64 // completed per second
 	sustained bool
 	clean     bool
+	// What the system under test (every process) and the SIPps used, in
+	// percent of one core over the step.
+	cpu, sippCPU float64
 }
 
 // judgeStep applies the pass rule to offered scenarios at rate, SIPp's
@@ -163,9 +166,9 @@ func judgeStep(rate, offered int, s sippStats, window time.Duration) compareStep
 }
 
 func (s compareStep) String() string {
-	return fmt.Sprintf("offered %d/s: %d, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f/s completed; p99 %s; sustained %t, clean %t",
+	return fmt.Sprintf("offered %d/s: %d, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f/s completed; p99 %s; cpu %.0f%%, sipp %.0f%%; sustained %t, clean %t",
 		s.rate, s.stats.Created, s.stats.OK, s.stats.Failed, percent(float64(s.stats.Failed), float64(s.stats.Created)),
-		s.stats.Retrans, s.done, bucketString(s.stats.SetupP99), s.sustained, s.clean)
+		s.stats.Retrans, s.done, bucketString(s.stats.SetupP99), s.cpu, s.sippCPU, s.sustained, s.clean)
 }
 
 // ladder is the steps a ladder ran, the last one the first not sustained
@@ -226,7 +229,7 @@ func runLadder(name string, rates []int, pause time.Duration, step func(rate int
 func compareRegisterLadder(b *testing.B, s *sut, cfg compareConfig, users []string) ladder {
 	dir, ports := registerLoadDir(b, cfg, users)
 	return runLadder(s.name+" REGISTER", cfg.regRates, time.Second, func(rate int) compareStep {
-		st, _, _ := registerStep(b, s, dir, ports, rate, cfg.step)
+		st, _ := registerStep(b, s, dir, ports, rate, cfg.step)
 		return st
 	})
 }
@@ -236,7 +239,7 @@ func compareRegisterLadder(b *testing.B, s *sut, cfg compareConfig, users []stri
 func compareRegisterCPU(b *testing.B, s *sut, cfg compareConfig, users []string) (time.Duration, compareStep) {
 	dir, ports := registerLoadDir(b, cfg, users)
 	time.Sleep(time.Second)
-	st, cpu, _ := registerStep(b, s, dir, ports, cfg.regCPURate, cfg.step)
+	st, cpu := registerStep(b, s, dir, ports, cfg.regCPURate, cfg.step)
 	compareLogf("  %s REGISTER at a fixed rate: %s; server cpu %s", s.name, st, cpu.Round(time.Millisecond))
 	if st.stats.OK == 0 {
 		return 0, st
@@ -260,12 +263,12 @@ func registerLoadDir(b *testing.B, cfg compareConfig, users []string) (string, [
 }
 
 // registerStep offers rate REGISTERs per second for step from one SIPp per
-// port and returns the judged step, the server's CPU and the SIPps'. The
-// p99 is the larger of the SIPps' (they share the load evenly).
-func registerStep(b *testing.B, s *sut, dir string, ports []int, rate int, step time.Duration) (compareStep, time.Duration, time.Duration) {
+// port and returns the judged step and the server's CPU. The p99 is the
+// larger of the SIPps' (they share the load evenly).
+func registerStep(b *testing.B, s *sut, dir string, ports []int, rate int, step time.Duration) (compareStep, time.Duration) {
 	procs := len(ports)
 	n := rate * int(step/time.Second) / procs
-	cpu0 := cpuOf(b, s.sipPIDs)
+	cpu0, t0 := cpuOf(b, s.sipPIDs), time.Now()
 	runs := make([]*sippRun, procs)
 	for i := range procs {
 		runs[i] = startSIPpLoad(b, dir, fmt.Sprintf("%s-reg%d-%d-%d", s.name, rate, i, time.Now().UnixNano()), step+2*time.Minute,
@@ -294,8 +297,10 @@ func registerStep(b *testing.B, s *sut, dir string, ports []int, rate int, step 
 			compareLogf("    %s failures: %s", r.name, sippFailures(filepath.Join(dir, r.name+".errors.log")))
 		}
 	}
-	cpu := cpuOf(b, s.sipPIDs) - cpu0
-	return judgeStep(rate, n*procs, sum, sum.Elapsed()), cpu, sippCPU
+	cpu, elapsed := cpuOf(b, s.sipPIDs)-cpu0, time.Since(t0)
+	st := judgeStep(rate, n*procs, sum, sum.Elapsed())
+	st.cpu, st.sippCPU = percent(cpu.Seconds(), elapsed.Seconds()), percent(sippCPU.Seconds(), elapsed.Seconds())
+	return st, cpu
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -312,11 +317,13 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(b)
 	registerAt(b, s.addr, dir, "bob", bobPort)
+	// The UAS outlives the ladder (twice the calls it can be offered) so that
+	// its CPU can be read after every step; the cleanup ends it.
 	maxCalls := 0
 	for _, r := range rates {
-		maxCalls += r * int(cfg.step/time.Second)
+		maxCalls += 2 * r * int(cfg.step/time.Second)
 	}
-	startSIPpLoad(b, dir, "uas", 30*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(maxCalls),
+	uas := startSIPpLoad(b, dir, "uas", 30*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(maxCalls),
 		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
 	time.Sleep(300 * time.Millisecond) // let the UAS bind before calls reach it
 	ip, port := "127.0.0.1", freePort(b)
@@ -327,18 +334,20 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	}
 	return runLadder(name, rates, cfg.pause, func(rate int) compareStep {
 		n := rate * int(cfg.step/time.Second)
-		cpu0 := cpuOf(b, s.memPIDs)
+		cpu0, uas0, t0 := cpuOf(b, s.memPIDs), cpuTime(b, uas.cmd.Process.Pid), time.Now()
 		uac := startSIPpLoad(b, dir, fmt.Sprintf("uac%d-%t", rate, trunk), cfg.step+2*time.Minute, append([]string{s.addr}, append(args,
 			"-r", strconv.Itoa(rate), "-rp", "1000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(rate*10),
 			"-d", strconv.Itoa(int(cfg.callLength/time.Millisecond)), "-recv_timeout", "10000",
 			"-p", strconv.Itoa(port), "-i", ip, "-mi", ip, "-mp", strconv.Itoa(freePort(b)), "-t", "u1")...)...)
 		uac.wait()
+		elapsed := time.Since(t0)
 		st := uac.stats(b, dir)
 		step := judgeStep(rate, n, st, st.Elapsed()-cfg.callLength)
+		step.cpu = percent((cpuOf(b, s.memPIDs) - cpu0).Seconds(), elapsed.Seconds())
+		step.sippCPU = percent((uac.cpu() + cpuTime(b, uas.cmd.Process.Pid) - uas0).Seconds(), elapsed.Seconds())
 		if st.Failed > 0 {
 			compareLogf("    failures: %s", sippFailures(filepath.Join(dir, uac.name+".errors.log")))
 		}
-		compareLogf("    cpu of every process %.0f%% of a core", percent((cpuOf(b, s.memPIDs)-cpu0).Seconds(), st.Elapsed().Seconds()))
 		return step
 	})
 }
