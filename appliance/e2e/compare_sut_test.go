@@ -35,7 +35,9 @@ type sut struct {
 	// relayRate measures the RTP packets relayed per second over window;
 	// nil without media.
 	relayRate func(window time.Duration) float64
-	stop      func()
+	// mediaSessions is how many calls the relay holds now; nil without media.
+	mediaSessions func() float64
+	stop          func()
 }
 
 // cpu is the processor time pids have used so far.
@@ -125,16 +127,17 @@ spec: {did: "%s", destination: {type: extension, target: "101"}}
 	if media {
 		url := fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", cfg.APIPort)
 		s.relayRate = func(window time.Duration) float64 {
-			n0 := pbxRelayed(b, url)
+			n0 := pbxMetric(b, url, `pbx_rtp_packets_total{direction="out"} `)
 			time.Sleep(window)
-			return (pbxRelayed(b, url) - n0) / window.Seconds()
+			return (pbxMetric(b, url, `pbx_rtp_packets_total{direction="out"} `) - n0) / window.Seconds()
 		}
+		s.mediaSessions = func() float64 { return pbxMetric(b, url, "pbx_calls_active{") }
 	}
 	return s
 }
 
-// pbxRelayed is the PBX's count of RTP packets sent on to the far ends.
-func pbxRelayed(t testing.TB, url string) float64 {
+// pbxMetric is the sum of the PBX's metric lines that start with prefix.
+func pbxMetric(t testing.TB, url, prefix string) float64 {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
@@ -145,17 +148,22 @@ func pbxRelayed(t testing.TB, url string) float64 {
 	defer res.Body.Close()
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sum, found := 0.0, false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), `pbx_rtp_packets_total{direction="out"} `); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metrics: %q: %v", sc.Text(), err)
-			}
-			return f
+		if !strings.HasPrefix(sc.Text(), prefix) {
+			continue
 		}
+		f := strings.Fields(sc.Text())
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics: %q: %v", sc.Text(), err)
+		}
+		sum, found = sum+v, true
 	}
-	t.Fatalf("metrics at %s: no pbx_rtp_packets_total{direction=\"out\"}", url)
-	return 0
+	if !found {
+		t.Fatalf("metrics at %s: no %s", url, prefix)
+	}
+	return sum
 }
 
 // kamailioBins are the reference's programs.
@@ -240,6 +248,7 @@ func startKamailio(b *testing.B, bins kamailioBins, accounts []compareAccount, m
 		s.relayPIDs = []int{rtp.cmd.Process.Pid}
 		cli := fmt.Sprintf("%s:%d", c.IP, c.CLIPort)
 		s.relayRate = func(window time.Duration) float64 { return rtpengineRate(b, cli, window) }
+		s.mediaSessions = func() float64 { return rtpengineTotal(b, cli, "Total sessions") }
 	}
 	cfg := renderBenchTemplate(b, dir, "kamailio.cfg", c)
 	shm := strconv.Itoa(benchEnvInt("PBX_COMPARE_KAMAILIO_SHM_MB", 512))

@@ -80,6 +80,7 @@ func BenchmarkCompareKamailio(b *testing.B) {
 	}
 	phase("REGISTER ladder", false, func(s *sut, r *compareResult) {
 		r.register = compareRegisterLadder(b, s, cfg, users)
+		r.regMemKB = pssKB(b, s.memPIDs)
 		r.regCPU, r.regCPUStep = compareRegisterCPU(b, s, cfg, users)
 	})
 	phase("INVITE + 407 ladder", true, func(s *sut, r *compareResult) {
@@ -138,6 +139,7 @@ func compareLogf(format string, args ...any) {
 // compareResult is what one system showed in the run.
 type compareResult struct {
 	register, invite, trunk ladder
+	regMemKB                int64         // memory right after the REGISTER ladder
 	regCPU                  time.Duration // per REGISTER at the fixed rate
 	regCPUStep              compareStep
 	held                    heldCalls
@@ -332,6 +334,12 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	if trunk {
 		ip, args, name = compareTrunkIP, []string{"-sf", "bench_trunk_call.xml", "-s", compareDIDs[0].Number}, s.name+" trunk"
 	}
+	defer func() {
+		// Every call ended: a relay still holding sessions would have done
+		// less work than it was given.
+		compareLogf("  %s: %.0f media sessions left %s after the last step", s.name, s.mediaSessions(), cfg.pause)
+	}()
+	defer time.Sleep(cfg.pause)
 	return runLadder(name, rates, cfg.pause, func(rate int) compareStep {
 		n := rate * int(cfg.step/time.Second)
 		cpu0, uas0, t0 := cpuOf(b, s.memPIDs), cpuTime(b, uas.cmd.Process.Pid), time.Now()
@@ -478,6 +486,7 @@ func compareTable(cfg compareConfig, k, p *compareResult, took time.Duration) st
 		ratio(rateOf(p.register.best()), rateOf(k.register.best())), false)
 	row(fmt.Sprintf("CPU per REGISTER at %d/s", cfg.regCPURate), cpuCell(k.regCPU, k.regCPUStep), cpuCell(p.regCPU, p.regCPUStep),
 		ratio(p.regCPU.Seconds(), k.regCPU.Seconds()), true)
+	row("Memory right after the REGISTER ladder", kBCell(k.regMemKB), kBCell(p.regMemKB), ratio(float64(p.regMemKB), float64(k.regMemKB)), true)
 	row(fmt.Sprintf("INVITE + 407 digest, %s calls, highest sustained", cfg.callLength), ladderCell(k.invite), ladderCell(p.invite),
 		ratio(rateOf(p.invite.best()), rateOf(k.invite.best())), false)
 	row("Last clean step (p99 <= 50 ms, no retransmissions)", cleanCell(k.invite), cleanCell(p.invite),
@@ -544,6 +553,13 @@ func memCell(h heldCalls) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f kB", h.kBPerCall)
+}
+
+func kBCell(kB int64) string {
+	if kB == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f MB", float64(kB)/1024)
 }
 
 func p99Cell(d time.Duration) string {
