@@ -28,7 +28,8 @@ import (
 //
 // A ladder stops at the first rate not sustained: 1% or more failed, or
 // under 95% of the offered rate completed. A step is clean when it is
-// sustained, its p99 is at most 50 ms and SIPp retransmitted nothing.
+// sustained, its p99 is at most 50 ms and SIPp retransmitted nothing; the
+// table shows the highest clean step.
 //
 // Knobs (environment), defaults for the full run:
 //
@@ -192,15 +193,15 @@ func (l ladder) best() (compareStep, bool) {
 	return best, ok
 }
 
-// lastClean is the highest clean step below the first step that was not.
+// lastClean is the highest clean step (a lower one that was not, when
+// the machine hiccuped, does not hide it).
 func (l ladder) lastClean() (compareStep, bool) {
 	var last compareStep
 	ok := false
 	for _, s := range l.steps {
-		if !s.clean {
-			break
+		if s.clean {
+			last, ok = s, true
 		}
-		last, ok = s, true
 	}
 	return last, ok
 }
