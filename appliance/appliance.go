@@ -193,6 +193,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
+		MinSE:         sessionMinSETestKnob(),
 		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {

@@ -52,8 +52,9 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite sync.Mutex    // one re-INVITE at a time
-	done     chan struct{} // closed when the call has ended
+	reinvite    sync.Mutex    // one re-INVITE at a time
+	callerTimer sessionTimer  // the caller side's session timer (RFC 4028)
+	done        chan struct{} // closed when the call has ended
 
 	ackMu sync.Mutex
 	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
@@ -175,6 +176,12 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		// an extension the PBX lacks is refused before anything else.
 		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
 		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		return
+	}
+	if res := m.tooSmall(req); res != nil {
+		// RFC 4028 section 9: a session interval below the PBX's minimum
+		// is refused with 422 and Min-SE, before anything else.
+		_ = tx.Respond(res)
 		return
 	}
 	if hasToTag(req) {
@@ -334,6 +341,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.info.Reason = reason
 		c.mu.Unlock()
 		close(c.done)
+		c.stopTimers()
 		if c.session != nil {
 			_ = c.session.Close()
 		}

@@ -213,7 +213,8 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	c.event(EventAnswered, &li)
 	c.log.Info("call answered", "by", w.target.Name)
 
-	if err := c.caller.RespondSDP(body); err != nil {
+	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, c.negotiateCaller(body)...)
+	if err := c.caller.Respond(sip.StatusOK, "OK", body, hdrs...); err != nil {
 		c.mu.Lock()
 		byCaller := c.byeCaller
 		c.mu.Unlock()
@@ -241,6 +242,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	if c.m.opts.MediaTimeout > 0 {
 		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
 	}
+	c.armTimers(w)
 	return true
 }
 

@@ -79,7 +79,17 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
 		return
 	}
+	if req.Method == sip.UPDATE {
+		if res := m.tooSmall(req); res != nil {
+			_ = tx.Respond(res)
+			return
+		}
+	}
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	if req.Method == sip.UPDATE {
+		// A session refresh without SDP (RFC 4028 section 9).
+		ref.call.refreshed(ref.leg, req, res)
+	}
 	if req.Method == sip.OPTIONS {
 		res.AppendHeader(sip.NewHeader("Allow", m.sip.Allow()))
 		res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
@@ -133,6 +143,7 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		}
 		return
 	}
+	c.refreshed(ref.leg, req, res)
 	ack := c.respond2xx(tx, ref.leg, res)
 	if ack == nil {
 		select {
@@ -260,6 +271,7 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 	if toCaller {
 		uri = c.caller.InviteRequest.Contact().Address
 		req := c.newInDialogInvite(uri, body)
+		c.addRefreshHeaders(nil, req)
 		res, err = c.caller.Do(ctx, req)
 		if err == nil && res.IsSuccess() {
 			ack := sip.NewRequest(sip.ACK, uri)
@@ -277,6 +289,7 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 		if w.target.Destination.IsValid() {
 			req.SetDestination(w.target.Destination.String())
 		}
+		c.addRefreshHeaders(w, req)
 		res, err = d.Do(ctx, req)
 		if err == nil && res.IsSuccess() {
 			ack := sip.NewRequest(sip.ACK, uri)
@@ -297,6 +310,11 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 	if !res.IsSuccess() {
 		return res.StatusCode, nil, nil
 	}
+	side := w
+	if toCaller {
+		side = nil
+	}
+	c.refreshAnswered(side, res)
 	ans, perr := sdp.Parse(res.Body())
 	if perr != nil {
 		return res.StatusCode, nil, fmt.Errorf("answer sdp: %w", perr)

@@ -58,6 +58,7 @@ type outLeg struct {
 	dialog *sipgo.DialogClientSession
 
 	byeOnce sync.Once
+	timer   sessionTimer // this side's session timer, once it won (RFC 4028)
 
 	info LegInfo // guarded by call.mu
 }
@@ -185,6 +186,9 @@ func (l *outLeg) buildInvite(target *Target) *sip.Request {
 	req.AppendHeader(&mf)
 	c.m.sip.DecorateRequest(req)
 	req.AppendHeader(sip.NewHeader("Allow", c.m.sip.Allow()))
+	for _, h := range c.m.timerHeaders() {
+		req.AppendHeader(h)
+	}
 	for _, h := range lt.Headers {
 		req.AppendHeader(h)
 	}
@@ -343,6 +347,7 @@ func (l *outLeg) answered(d *sipgo.DialogClientSession) {
 		l.log.Warn("ack", "err", err)
 	}
 	c.m.addDialog(d.ID, dialogRef{call: c, leg: l})
+	l.negotiateLeg(d.InviteRequest, d.InviteResponse)
 	l.mu().Lock()
 	l.info.Answer = time.Now()
 	l.info.SIPStatus = sip.StatusOK

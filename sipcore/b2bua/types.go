@@ -37,6 +37,18 @@ const (
 	CauseError     = "error"
 )
 
+// Reasons of a call the PBX ended itself, for the call record's reason
+// field. The cause stays within the specification's list (an answered
+// call ended this way is still answered), as with the minutes-budget cut.
+const (
+	// ReasonSessionExpired: the peer that should refresh a side's session
+	// timer did not before the interval ended (RFC 4028 section 10).
+	ReasonSessionExpired = "session timer expired"
+	// ReasonSessionRefreshFailed: the PBX's own refresh timed out or got
+	// 408 or 481 (RFC 4028 section 10).
+	ReasonSessionRefreshFailed = "session refresh failed"
+)
+
 // Directions of a call.
 const (
 	DirectionInbound  = "inbound"

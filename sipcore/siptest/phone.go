@@ -43,6 +43,9 @@ type Behaviour struct {
 	// EarlyStatus is the provisional status carrying early media: 183
 	// (default) or 180, as carriers playing ringback send.
 	EarlyStatus int
+	// AnswerHeaders are added to the 200 answering the INVITE (a
+	// Session-Expires, for instance).
+	AnswerHeaders []sip.Header
 }
 
 // Options configures a Phone.
@@ -57,7 +60,10 @@ type Options struct {
 	// TelephoneEvent is the RFC 4733 payload type the phone offers and
 	// answers with; zero means 101.
 	TelephoneEvent uint8
-	Log            *slog.Logger
+	// NoTelephoneEvent leaves telephone-event out of offers and answers
+	// (a phone that sends DTMF as SIP INFO only).
+	NoTelephoneEvent bool
+	Log              *slog.Logger
 }
 
 // Phone is a SIP user agent on a loopback socket.
@@ -206,9 +212,21 @@ func (p *Phone) SetTelephoneEvent(pt uint8) {
 	p.mu.Unlock()
 }
 
+// SetNoTelephoneEvent leaves telephone-event out of later offers and
+// answers (on) or puts it back.
+func (p *Phone) SetNoTelephoneEvent(on bool) {
+	p.mu.Lock()
+	p.opts.NoTelephoneEvent = on
+	p.mu.Unlock()
+}
+
+// te is the telephone-event payload type to offer; 0 means none.
 func (p *Phone) te() uint8 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.opts.NoTelephoneEvent {
+		return 0
+	}
 	if p.opts.TelephoneEvent == 0 {
 		return 101
 	}
@@ -507,7 +525,8 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		media.setRemote(offer.Addr)
 	}
 	c.setFinal(200)
-	if err := ds.RespondSDP(BuildSDPEvent(media.Port(), common, "sendrecv", p.te())); err != nil {
+	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, b.AnswerHeaders...)
+	if err := ds.Respond(200, "OK", BuildSDPEvent(media.Port(), common, "sendrecv", p.te()), hdrs...); err != nil {
 		p.log.Debug("answer", "err", err)
 		return
 	}
@@ -532,6 +551,10 @@ func (p *Phone) onReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	select {
 	case c.reinvites <- offer:
+	default:
+	}
+	select {
+	case c.reinviteReqs <- req:
 	default:
 	}
 	port := 0
