@@ -3,6 +3,7 @@ package b2bua
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -54,6 +55,7 @@ type Call struct {
 
 	reinvite    sync.Mutex    // one re-INVITE at a time
 	callerTimer sessionTimer  // the caller side's session timer (RFC 4028)
+	dtmfOut     sync.Mutex    // one generated DTMF event at a time
 	done        chan struct{} // closed when the call has ended
 
 	ackMu sync.Mutex
@@ -88,6 +90,7 @@ func (c *Call) Info() CallInfo {
 
 func (c *Call) snapshotLocked() CallInfo {
 	in := c.info
+	in.Digits = slices.Clone(c.info.Digits)
 	in.Legs = make([]LegInfo, 0, len(c.legs))
 	for _, l := range c.legs {
 		in.Legs = append(in.Legs, l.info)

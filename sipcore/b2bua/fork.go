@@ -243,6 +243,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
 	}
 	c.armTimers(w)
+	c.startDTMF(w)
 	return true
 }
 

@@ -69,9 +69,10 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	if req.Method == sip.INFO && len(req.Body()) > 0 {
-		// DTMF (application/dtmf-relay) and the like: relay to the other
-		// side and pass its answer back.
-		status := ref.call.relayInfo(req, ref.leg == nil)
+		// DTMF (application/dtmf-relay, application/dtmf) is interworked;
+		// anything else is relayed to the other side, its answer passed
+		// back.
+		status := ref.call.handleInfo(req, ref.leg == nil)
 		respond(tx, req, status, sipcore.Phrase(status))
 		return
 	}
@@ -330,30 +331,50 @@ func (c *Call) newInDialogInvite(uri sip.Uri, body []byte) *sip.Request {
 	return req
 }
 
-// relayInfo sends an INFO with req's body to the other side of an answered
-// call and returns the status to answer req with.
-func (c *Call) relayInfo(req *sip.Request, fromCaller bool) int {
+// handleInfo answers an INFO with a body from one side of an answered
+// call: DTMF is interworked (dtmf.go); anything else, and DTMF the other
+// far end takes as INFO only, is relayed to the other side, whose answer
+// is returned.
+func (c *Call) handleInfo(req *sip.Request, fromCaller bool) int {
 	c.mu.Lock()
 	w := c.winner
 	c.mu.Unlock()
 	if w == nil || w.dialog == nil {
 		return sip.StatusOK
 	}
+	if c.infoDTMF(req, fromCaller, w) {
+		return sip.StatusOK
+	}
+	ct := ""
+	if h := req.ContentType(); h != nil {
+		ct = h.Value()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
 	defer cancel()
+	status, err := c.sendInfo(ctx, !fromCaller, w, ct, req.Body())
+	if err != nil {
+		c.log.Debug("info not relayed", "err", err)
+		return sip.StatusRequestTimeout
+	}
+	return status
+}
+
+// sendInfo sends an INFO with body of content type ct to the caller
+// (toCaller) or to the winning leg w and returns the final status.
+func (c *Call) sendInfo(ctx context.Context, toCaller bool, w *outLeg, ct string, body []byte) (int, error) {
 	var uri sip.Uri
 	info := func() *sip.Request {
 		r := sip.NewRequest(sip.INFO, uri)
 		c.m.sip.DecorateRequest(r)
-		if ct := req.ContentType(); ct != nil {
-			r.AppendHeader(sip.NewHeader("Content-Type", ct.Value()))
+		if ct != "" {
+			r.AppendHeader(sip.NewHeader("Content-Type", ct))
 		}
-		r.SetBody(req.Body())
+		r.SetBody(body)
 		return r
 	}
 	var res *sip.Response
 	var err error
-	if fromCaller {
+	if !toCaller {
 		d := w.dialog
 		uri = d.InviteRequest.Recipient
 		if ct := d.InviteResponse.Contact(); ct != nil {
@@ -369,8 +390,7 @@ func (c *Call) relayInfo(req *sip.Request, fromCaller bool) int {
 		res, err = c.caller.Do(ctx, info())
 	}
 	if err != nil {
-		c.log.Debug("info not relayed", "err", err)
-		return sip.StatusRequestTimeout
+		return 0, err
 	}
-	return res.StatusCode
+	return res.StatusCode, nil
 }

@@ -231,6 +231,9 @@ type CallInfo struct {
 	Reason     string    `json:"reason,omitempty"`
 	AnsweredBy string    `json:"answered_by,omitempty"`
 	Legs       []LegInfo `json:"legs"`
+	// Digits are the DTMF digits the caller sent once answered, as RFC
+	// 4733 events or SIP INFO (the call record's digits).
+	Digits []Digit `json:"-"`
 }
 
 // EventKind names a call event.
