@@ -182,6 +182,8 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	if err := c.session.Bridge(c.callerLeg, w.media); err != nil {
 		c.log.Warn("bridge", "err", err)
 	}
+	// Digits may follow the answer at once, before the caller's ACK.
+	c.startDTMF(w)
 	answerCodecs := c.codecs
 	dir := sdp.Direction("")
 	if answerSDP != nil && len(answerSDP.Codecs) > 0 {
@@ -243,7 +245,6 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
 	}
 	c.armTimers(w)
-	c.startDTMF(w)
 	return true
 }
 
