@@ -60,19 +60,7 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 const (
 	envCDRMarkerRefresh = "PBX_TEST_CDR_MARKER_REFRESH"
 	envCDRRetryMax      = "PBX_TEST_CDR_RETRY_MAX"
-	// envSessionMinSE lowers the session timers' Min-SE (RFC 4028, 90 s
-	// by default) so a SIPp scenario sees a session expire in seconds.
-	envSessionMinSE = "PBX_TEST_SESSION_MIN_SE"
 )
-
-// sessionMinSETestKnob is the Min-SE the environment sets for tests; zero
-// (the b2bua default) otherwise.
-func sessionMinSETestKnob() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(envSessionMinSE)); err == nil && d > 0 {
-		return d
-	}
-	return 0
-}
 
 // cdrTestKnobs applies the test knobs set in the environment to o.
 func cdrTestKnobs(o cdr.Options) cdr.Options {

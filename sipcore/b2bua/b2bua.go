@@ -49,6 +49,10 @@ type Options struct {
 	// SessionExpires is the session interval the PBX asks of callees,
 	// raised to MinSE. Default DefaultSessionExpires.
 	SessionExpires time.Duration
+	// FailoverAfter is how long an INVITE to a leg's destination may get
+	// no response at all before its next alternate is tried. Default
+	// DefaultFailoverAfter.
+	FailoverAfter time.Duration
 
 	// OnAuthFailure, when set, is called for an INVITE with wrong
 	// credentials. It must be quick.
@@ -109,6 +113,9 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 		opts.SessionExpires = DefaultSessionExpires
 	}
 	opts.SessionExpires = max(opts.SessionExpires, opts.MinSE)
+	if opts.FailoverAfter <= 0 {
+		opts.FailoverAfter = DefaultFailoverAfter
+	}
 	m := &Manager{
 		log: log, opts: opts, sip: opts.SIP,
 		calls:   map[CallID]*Call{},

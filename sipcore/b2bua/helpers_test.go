@@ -91,6 +91,8 @@ type envOpts struct {
 	onAuthSuccess func(src netip.AddrPort, domain, username string) bool
 	// minSE and sessionExpires are the manager's session timer settings.
 	minSE, sessionExpires time.Duration
+	// failoverAfter is the manager's FailoverAfter.
+	failoverAfter time.Duration
 	// route replaces the default router (extension -> its contacts).
 	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
@@ -151,7 +153,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}}
 	})
 	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify,
-		OnAuthSuccess: o.onAuthSuccess, MinSE: o.minSE, SessionExpires: o.sessionExpires}, testLog(t))
+		OnAuthSuccess: o.onAuthSuccess, MinSE: o.minSE, SessionExpires: o.sessionExpires, FailoverAfter: o.failoverAfter}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

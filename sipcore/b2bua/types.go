@@ -136,6 +136,10 @@ type LegTarget struct {
 	Transport   string         // "udp" or "tcp"
 	ListenerID  string         // leave through this listener; empty: by Local or transport
 	Local       netip.AddrPort // listener that received the registration, if known
+	// Alternates are further places the INVITE may go, tried in order
+	// when the one before gets no answer or 503 (a trunk's SRV targets,
+	// RFC 3263 section 4.3). Used only with a Destination.
+	Alternates []netip.AddrPort
 
 	Kind      string // KindEndpoint, KindTrunk, KindMobile
 	Name      string // target as shown on the call record ("101", a trunk name)
