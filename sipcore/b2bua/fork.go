@@ -157,8 +157,9 @@ func bestFailure(finals []int) (int, string) {
 		}
 	}
 	s := finals[0]
-	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired {
-		// A callee's challenge is not the caller's to answer.
+	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired || s == statusSmall {
+		// A callee's challenge, or its refusal of the session interval the
+		// PBX asked (RFC 4028), is not the caller's to answer.
 		s = sip.StatusTemporarilyUnavailable
 	}
 	return s, CauseFailed

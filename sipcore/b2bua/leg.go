@@ -58,7 +58,8 @@ type outLeg struct {
 	dialog *sipgo.DialogClientSession
 
 	byeOnce sync.Once
-	timer   sessionTimer // this side's session timer, once it won (RFC 4028)
+	timer   sessionTimer  // this side's session timer, once it won (RFC 4028)
+	minSE   time.Duration // the callee's Min-SE from a 422; 0 before
 
 	info LegInfo // guarded by call.mu
 }
@@ -186,7 +187,7 @@ func (l *outLeg) buildInvite(target *Target) *sip.Request {
 	req.AppendHeader(&mf)
 	c.m.sip.DecorateRequest(req)
 	req.AppendHeader(sip.NewHeader("Allow", c.m.sip.Allow()))
-	for _, h := range c.m.timerHeaders() {
+	for _, h := range l.timerHeaders() {
 		req.AppendHeader(h)
 	}
 	for _, h := range lt.Headers {
@@ -230,7 +231,8 @@ func (l *outLeg) run() {
 	var d *sipgo.DialogClientSession
 	var err error
 	dests := l.destinations()
-	for i, dst := range dests {
+	for i := 0; i < len(dests); i++ {
+		dst := dests[i]
 		last := i == len(dests)-1
 		if dst.IsValid() {
 			l.target.Destination = dst
@@ -244,6 +246,10 @@ func (l *outLeg) run() {
 			}
 			l.finish(sip.StatusServiceUnavailable, CauseError, true)
 			return
+		}
+		if l.retrySessionInterval(err) {
+			i-- // the same destination, with a longer session interval
+			continue
 		}
 		if last || !l.failover(d, silent, err) {
 			break

@@ -2,11 +2,13 @@ package b2bua
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/rtpcore/sdp"
@@ -169,14 +171,38 @@ func (c *Call) negotiateCaller(body []byte) []sip.Header {
 }
 
 // timerHeaders are the headers of the PBX's INVITE toward a callee: it
-// supports the extension and asks for Options.SessionExpires, no shorter
-// than Min-SE (RFC 4028 section 7.1), leaving the refresher to the callee.
-func (m *Manager) timerHeaders() []sip.Header {
+// supports the extension and asks for Options.SessionExpires (or what a
+// 422 asked for), no shorter than Min-SE (RFC 4028 section 7.1), leaving
+// the refresher to the callee.
+func (l *outLeg) timerHeaders() []sip.Header {
+	m := l.call.m
+	se := max(m.opts.SessionExpires, l.minSE)
 	return []sip.Header{
 		sip.NewHeader("Supported", strings.Join(sipcore.Supported, ", ")),
-		sip.NewHeader(hdrSE, secs(m.opts.SessionExpires)),
-		sip.NewHeader(hdrMinSE, secs(m.opts.MinSE)),
+		sip.NewHeader(hdrSE, secs(se)),
+		sip.NewHeader(hdrMinSE, secs(max(m.opts.MinSE, l.minSE))),
 	}
+}
+
+// retrySessionInterval reports whether err is a 422 (Session Interval Too
+// Small) whose Min-SE exceeds what the leg asked: RFC 4028 section 7.4 has
+// the UAC retry with that Min-SE as its Session-Expires, once.
+func (l *outLeg) retrySessionInterval(err error) bool {
+	var dr *sipgo.ErrDialogResponse
+	if !errors.As(err, &dr) || dr.Res.StatusCode != statusSmall || l.minSE > 0 {
+		return false
+	}
+	h := dr.Res.GetHeader(hdrMinSE)
+	if h == nil {
+		return false
+	}
+	n, perr := strconv.Atoi(strings.TrimSpace(strings.SplitN(h.Value(), ";", 2)[0]))
+	want := time.Duration(n) * time.Second
+	if perr != nil || want <= l.call.m.opts.SessionExpires {
+		return false
+	}
+	l.minSE = want
+	return true
 }
 
 // negotiateLeg sets the answering leg's timer from its 2xx (RFC 4028

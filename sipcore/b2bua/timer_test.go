@@ -203,3 +203,31 @@ func TestSessionTimerCalleeSilent(t *testing.T) {
 		t.Fatalf("reason %q", ev.Call.Reason)
 	}
 }
+
+// TestSessionIntervalRaisedAfter422: a callee refusing the PBX's session
+// interval with 422 and Min-SE gets the INVITE again asking for that Min-SE
+// (RFC 4028 section 7.4), once.
+func TestSessionIntervalRaisedAfter422(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Reject, Status: 422, AnswerHeaders: []sip.Header{hdr("Min-SE", "3600")}})
+	call := alice.Dial(ctxT(t), "102")
+	first := bob.WaitIncoming(wait)
+	second := bob.WaitIncoming(wait)
+	if got := headerValue(first.Invite, "Session-Expires"); got != "1800" {
+		t.Fatalf("first INVITE Session-Expires %q, want 1800", got)
+	}
+	if got := headerValue(second.Invite, "Session-Expires"); got != "3600" {
+		t.Fatalf("second INVITE Session-Expires %q, want 3600", got)
+	}
+	// The callee's 422 is not the caller's to answer.
+	if s := final(t, call); s != 480 {
+		t.Fatalf("final %d, want 480", s)
+	}
+	select {
+	case c := <-bob.Incoming():
+		t.Fatalf("a third INVITE (Session-Expires %q)", headerValue(c.Invite, "Session-Expires"))
+	default:
+	}
+}

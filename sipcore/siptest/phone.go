@@ -43,8 +43,8 @@ type Behaviour struct {
 	// EarlyStatus is the provisional status carrying early media: 183
 	// (default) or 180, as carriers playing ringback send.
 	EarlyStatus int
-	// AnswerHeaders are added to the 200 answering the INVITE (a
-	// Session-Expires, for instance).
+	// AnswerHeaders are added to the final answer to the INVITE (a
+	// Session-Expires on the 200, a Min-SE on a 422, for instance).
 	AnswerHeaders []sip.Header
 }
 
@@ -502,7 +502,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 			status = 486
 		}
 		c.setFinal(status)
-		_ = ds.Respond(status, "Rejected", nil)
+		_ = ds.Respond(status, "Rejected", nil, b.AnswerHeaders...)
 		return
 	}
 	if !wait(b.Delay) {
