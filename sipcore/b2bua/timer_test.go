@@ -231,3 +231,33 @@ func TestSessionIntervalRaisedAfter422(t *testing.T) {
 	default:
 	}
 }
+
+// TestSessionTimerRefreshByUpdate: a caller that allows UPDATE and asks the
+// PBX to refresh gets UPDATEs without SDP at half the interval, not
+// re-INVITEs.
+func TestSessionTimerRefreshByUpdate(t *testing.T) {
+	e := newEnv(t, envOpts{minSE: time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call := alice.DialWith(ctxT(t), "102", hdr("Supported", "timer"), hdr("Allow", "INVITE, ACK, BYE, CANCEL, UPDATE"),
+		hdr("Session-Expires", "2;refresher=uas"))
+	bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	for i := range 2 {
+		select {
+		case req := <-call.Updates():
+			if len(req.Body()) != 0 || headerValue(req, "Session-Expires") != "2;refresher=uac" {
+				t.Fatalf("refresh %d: body %q Session-Expires %q", i, req.Body(), headerValue(req, "Session-Expires"))
+			}
+		case <-call.ReInviteRequests():
+			t.Fatal("a re-INVITE refresh although the caller allows UPDATE")
+		case <-time.After(wait):
+			t.Fatalf("no UPDATE %d", i)
+		}
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -29,6 +29,7 @@ type Call struct {
 	reinvites chan *SDP
 	// reinviteReqs are the re-INVITE requests themselves.
 	reinviteReqs chan *sip.Request
+	updates      chan *sip.Request // UPDATE requests received
 	infos        chan []byte
 	acks         chan *sip.Request // ACKs received for the call's dialog
 
@@ -54,7 +55,7 @@ type lateOffer struct {
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
 		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
-		acks: make(chan *sip.Request, 16), reinviteReqs: make(chan *sip.Request, 8)}
+		acks: make(chan *sip.Request, 16), reinviteReqs: make(chan *sip.Request, 8), updates: make(chan *sip.Request, 8)}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -206,6 +207,9 @@ func (c *Call) ReInvites() <-chan *SDP { return c.reinvites }
 // ReInviteRequests delivers the re-INVITE requests the phone received
 // (their headers: Session-Expires, for instance).
 func (c *Call) ReInviteRequests() <-chan *sip.Request { return c.reinviteReqs }
+
+// Updates delivers the UPDATE requests the phone received.
+func (c *Call) Updates() <-chan *sip.Request { return c.updates }
 
 // Response is the 2xx that answered an outgoing call (nil before).
 func (c *Call) Response() *sip.Response {

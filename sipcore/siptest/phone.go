@@ -154,6 +154,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnAck(p.onAck)
 	p.srv.OnBye(p.onBye)
 	p.srv.OnInfo(p.onInfo)
+	p.srv.OnUpdate(p.onUpdate)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
 		p.options.Add(1)
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
@@ -427,6 +428,25 @@ func (p *Phone) onInfo(req *sip.Request, tx sip.ServerTransaction) {
 	default:
 	}
 	_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
+}
+
+// onUpdate answers an UPDATE without SDP (a session refresh) with 200 and
+// the request's Session-Expires.
+func (p *Phone) onUpdate(req *sip.Request, tx sip.ServerTransaction) {
+	c := p.findCall(req)
+	if c == nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+		return
+	}
+	select {
+	case c.updates <- req:
+	default:
+	}
+	res := sip.NewResponseFromRequest(req, 200, "OK", nil)
+	if se := req.GetHeader("Session-Expires"); se != nil {
+		res.AppendHeader(sip.NewHeader("Session-Expires", se.Value()))
+	}
+	_ = tx.Respond(res)
 }
 
 func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
