@@ -261,3 +261,23 @@ func TestSessionTimerRefreshByUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSessionRefreshRefused: the PBX refreshes the callee, which lost the
+// dialog and answers 481: the call ends with BYE to the caller (RFC 4028
+// section 10), reason ReasonSessionRefreshFailed.
+func TestSessionRefreshRefused(t *testing.T) {
+	e := newEnv(t, envOpts{minSE: time.Second, sessionExpires: 2 * time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Answer, AnswerHeaders: []sip.Header{hdr("Session-Expires", "2;refresher=uac")}})
+	call, in := answered(t, alice, bob, "102")
+	in.Forget()
+	start := time.Now()
+	waitCh(t, call.Ended(), "caller BYE")
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("call ended %s after the callee forgot it, want at the first refresh (1 s)", took)
+	}
+	if ev := e.rec.ended(t); ev.Call.Reason != b2bua.ReasonSessionRefreshFailed {
+		t.Fatalf("reason %q", ev.Call.Reason)
+	}
+}

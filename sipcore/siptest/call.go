@@ -208,6 +208,18 @@ func (c *Call) ReInvites() <-chan *SDP { return c.reinvites }
 // (their headers: Session-Expires, for instance).
 func (c *Call) ReInviteRequests() <-chan *sip.Request { return c.reinviteReqs }
 
+// Forget makes the phone lose the call's dialog, as a rebooted phone does:
+// requests inside it get 481 from then on.
+func (c *Call) Forget() {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	for id, x := range c.p.calls {
+		if x == c {
+			delete(c.p.calls, id)
+		}
+	}
+}
+
 // Updates delivers the UPDATE requests the phone received.
 func (c *Call) Updates() <-chan *sip.Request { return c.updates }
 
