@@ -193,3 +193,29 @@ func TestRFC4733BecomesInfo(t *testing.T) {
 		t.Fatalf("digits %+v, want 7 (rfc4733) then 1 (info)", ds)
 	}
 }
+
+func TestParseDTMFInfo(t *testing.T) {
+	for _, c := range []struct {
+		ct, body string
+		digit    rune
+		dur      time.Duration
+		ok       bool
+	}{
+		{"application/dtmf-relay", "Signal=5\r\nDuration=160\r\n", '5', 160 * time.Millisecond, true},
+		{"Application/DTMF-Relay", "signal= #\nduration= 250", '#', 250 * time.Millisecond, true},
+		{"application/dtmf-relay", "Signal=*\r\n", '*', 160 * time.Millisecond, true},
+		{"application/dtmf-relay", "Signal=11\r\nDuration=100\r\n", '#', 100 * time.Millisecond, true},
+		{"application/dtmf-relay", "Signal=a\r\nDuration=10\r\n", 'A', 40 * time.Millisecond, true},
+		{"application/dtmf-relay", "Signal=5\r\nDuration=60000\r\n", '5', 2 * time.Second, true},
+		{"application/dtmf", "9", '9', 160 * time.Millisecond, true},
+		{"application/dtmf", "Signal=7\r\nDuration=300", '7', 300 * time.Millisecond, true},
+		{"application/dtmf-relay", "Signal=X\r\n", 0, 0, false},
+		{"application/dtmf-relay", "Duration=160\r\n", 0, 0, false},
+		{"text/plain", "5", 0, 0, false},
+	} {
+		d, dur, ok := b2bua.ParseDTMFInfo(c.ct, []byte(c.body))
+		if d != c.digit || dur != c.dur || ok != c.ok {
+			t.Errorf("%s %q: %q %s %v, want %q %s %v", c.ct, c.body, d, dur, ok, c.digit, c.dur, c.ok)
+		}
+	}
+}
