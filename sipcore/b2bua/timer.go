@@ -113,11 +113,12 @@ func allowsUpdate(h interface {
 func secs(d time.Duration) string { return strconv.Itoa(int(d / time.Second)) }
 
 // tooSmall answers a request whose Session-Expires is below the PBX's
-// minimum with 422 and Min-SE (RFC 4028 section 8.1 for proxies, section 9
-// for a UAS), or returns nil.
+// minimum with 422 and Min-SE (RFC 4028 section 9), or returns nil. A
+// sender that does not support the extension (a proxy put the header in)
+// is not refused: its interval is raised to the minimum instead.
 func (m *Manager) tooSmall(req *sip.Request) *sip.Response {
 	se, _, ok := sessionExpires(req)
-	if !ok || se >= m.opts.MinSE {
+	if !ok || se >= m.opts.MinSE || !supportsTimer(req) {
 		return nil
 	}
 	res := sipcore.Response(req, statusSmall)
@@ -159,8 +160,10 @@ func (c *Call) negotiateCaller(body []byte) []sip.Header {
 	}
 	if !st.supports {
 		// A caller without the extension cannot refresh (a proxy put the
-		// header in): RFC 4028 section 9 makes the UAS the refresher.
+		// header in): RFC 4028 section 9 makes the UAS the refresher, with
+		// an interval no shorter than its minimum.
 		refresher = refresherUAS
+		se = max(se, c.m.opts.MinSE)
 	}
 	st.interval, st.refresh = se, refresher == refresherUAS
 	hdrs = append(hdrs, sip.NewHeader(hdrSE, secs(se)+";refresher="+refresher))
@@ -305,7 +308,7 @@ func (c *Call) refreshed(leg *outLeg, req *sip.Request, res *sip.Response) {
 	}
 	se, refresher, ok := sessionExpires(req)
 	if ok {
-		st.interval = se
+		st.interval = max(se, c.m.opts.MinSE)
 		switch refresher {
 		case refresherUAC:
 			st.refresh = false

@@ -281,3 +281,31 @@ func TestSessionRefreshRefused(t *testing.T) {
 		t.Fatalf("reason %q", ev.Call.Reason)
 	}
 }
+
+// TestSessionIntervalRaisedForCallerWithoutTimer: a Session-Expires below the
+// minimum from a caller that does not support the extension (a proxy put it
+// in) is not refused; the PBX refreshes at the minimum (RFC 4028 section 9).
+func TestSessionIntervalRaisedForCallerWithoutTimer(t *testing.T) {
+	e := newEnv(t, envOpts{minSE: 2 * time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	e.phone("udp", "bob", "bob-pw")
+	call := alice.DialWith(ctxT(t), "102", hdr("Session-Expires", "1"))
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d, want 200", s)
+	}
+	res := call.Response()
+	if got := headerValue(res, "Session-Expires"); got != "2;refresher=uas" {
+		t.Fatalf("2xx Session-Expires %q, want 2;refresher=uas", got)
+	}
+	if got := headerValue(res, "Require"); got != "" {
+		t.Fatalf("2xx Require %q to a caller without the extension", got)
+	}
+	select {
+	case <-call.ReInviteRequests():
+	case <-time.After(wait):
+		t.Fatal("no refresh from the PBX")
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
