@@ -109,6 +109,11 @@ func parseDTMFInfo(ct string, body []byte) (rune, time.Duration, bool) {
 	return d, clampDTMF(dur), true
 }
 
+// dtmfRelayBody is the application/dtmf-relay body of digit lasting dur.
+func dtmfRelayBody(digit rune, dur time.Duration) []byte {
+	return fmt.Appendf(nil, "Signal=%c\r\nDuration=%d\r\n", digit, dur/time.Millisecond)
+}
+
 func clampDTMF(d time.Duration) time.Duration {
 	return min(max(d, minDTMFDuration), maxDTMFDuration)
 }
@@ -176,10 +181,9 @@ func (c *Call) interworkEvent(w *outLeg, in dtmfIn) {
 	if to.TelephoneEventPT() >= 0 {
 		return
 	}
-	body := fmt.Sprintf("Signal=%c\r\nDuration=%d\r\n", in.digit, defaultDTMFDuration/time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
 	defer cancel()
-	if _, err := c.sendInfo(ctx, !in.fromCaller, w, ctDTMFRelay, []byte(body)); err != nil {
+	if _, err := c.sendInfo(ctx, !in.fromCaller, w, ctDTMFRelay, dtmfRelayBody(in.digit, defaultDTMFDuration)); err != nil {
 		c.log.Debug("dtmf info not sent", "err", err)
 	}
 }

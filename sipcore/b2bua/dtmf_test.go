@@ -133,8 +133,8 @@ func TestInfoDTMFBecomesRFC4733(t *testing.T) {
 
 // TestRFC4733BecomesInfo: the callee's SDP has no telephone-event, so the
 // caller's RFC 4733 event reaches it as one INFO (application/dtmf-relay)
-// and not as RTP; an INFO from the caller is relayed as INFO. Both digits
-// are recorded.
+// and not as RTP; an INFO from the caller is relayed as INFO
+// (application/dtmf-relay). Both digits are recorded.
 func TestRFC4733BecomesInfo(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
@@ -174,12 +174,13 @@ func TestRFC4733BecomesInfo(t *testing.T) {
 	default:
 	}
 
-	if s, err := call.SendInfo(ctxT(t), "application/dtmf-relay", []byte("Signal=1\r\nDuration=100\r\n")); err != nil || s != 200 {
+	// A bare application/dtmf digit goes on as dtmf-relay.
+	if s, err := call.SendInfo(ctxT(t), "application/dtmf", []byte("1")); err != nil || s != 200 {
 		t.Fatalf("info: %d %v", s, err)
 	}
 	select {
 	case b := <-in.Infos():
-		if string(b) != "Signal=1\r\nDuration=100\r\n" {
+		if string(b) != "Signal=1\r\nDuration=160\r\n" {
 			t.Fatalf("relayed INFO %q", b)
 		}
 	case <-time.After(wait):

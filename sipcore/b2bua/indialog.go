@@ -345,13 +345,17 @@ func (c *Call) handleInfo(req *sip.Request, fromCaller bool) int {
 	if c.infoDTMF(req, fromCaller, w) {
 		return sip.StatusOK
 	}
-	ct := ""
+	ct, body := "", req.Body()
 	if h := req.ContentType(); h != nil {
 		ct = h.Value()
+		if d, dur, ok := parseDTMFInfo(ct, body); ok {
+			// DTMF goes on in the form most phones take (dtmf-relay).
+			ct, body = ctDTMFRelay, dtmfRelayBody(d, dur)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
 	defer cancel()
-	status, err := c.sendInfo(ctx, !fromCaller, w, ct, req.Body())
+	status, err := c.sendInfo(ctx, !fromCaller, w, ct, body)
 	if err != nil {
 		c.log.Debug("info not relayed", "err", err)
 		return sip.StatusRequestTimeout
