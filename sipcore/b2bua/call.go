@@ -53,10 +53,11 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite    sync.Mutex    // one re-INVITE at a time
-	callerTimer sessionTimer  // the caller side's session timer (RFC 4028)
-	dtmfOut     sync.Mutex    // one generated DTMF event at a time
-	done        chan struct{} // closed when the call has ended
+	reinvite sync.Mutex    // one re-INVITE at a time
+	done     chan struct{} // closed when the call has ended
+
+	callerTimer sessionTimer // the caller side's session timer (RFC 4028)
+	dtmfOut     sync.Mutex   // one generated DTMF event at a time
 
 	ackMu sync.Mutex
 	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK

@@ -58,8 +58,9 @@ type outLeg struct {
 	dialog *sipgo.DialogClientSession
 
 	byeOnce sync.Once
-	timer   sessionTimer  // this side's session timer, once it won (RFC 4028)
-	minSE   time.Duration // the callee's Min-SE from a 422; 0 before
+
+	timer sessionTimer  // this side's session timer, once it won (RFC 4028)
+	minSE time.Duration // the callee's Min-SE from a 422; 0 before
 
 	info LegInfo // guarded by call.mu
 }
