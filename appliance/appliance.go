@@ -177,7 +177,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk}, log.With("component", "trunks")); err != nil {
+	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
@@ -197,6 +197,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
+		MinSE:         sessionMinSETestKnob(),
 		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {

@@ -472,10 +472,14 @@ func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
 	}
 }
 
+// TestInfoRelayedBothWays: DTMF INFO toward far ends without
+// telephone-event in their SDP is relayed as INFO, both ways.
 func TestInfoRelayedBothWays(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("tcp", "bob", "bob-pw")
+	alice.SetNoTelephoneEvent(true)
+	bob.SetNoTelephoneEvent(true)
 	call, in := answered(t, alice, bob, "102")
 	for _, c := range []struct {
 		from, to *siptest.Call

@@ -3,6 +3,7 @@ package b2bua
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,9 @@ type Call struct {
 	reinvite sync.Mutex    // one re-INVITE at a time
 	done     chan struct{} // closed when the call has ended
 
+	callerTimer sessionTimer // the caller side's session timer (RFC 4028)
+	dtmfOut     sync.Mutex   // one generated DTMF event at a time
+
 	ackMu sync.Mutex
 	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
 	evMu  sync.Mutex                   // serialises observer calls
@@ -87,6 +91,7 @@ func (c *Call) Info() CallInfo {
 
 func (c *Call) snapshotLocked() CallInfo {
 	in := c.info
+	in.Digits = slices.Clone(c.info.Digits)
 	in.Legs = make([]LegInfo, 0, len(c.legs))
 	for _, l := range c.legs {
 		in.Legs = append(in.Legs, l.info)
@@ -175,6 +180,12 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		// an extension the PBX lacks is refused before anything else.
 		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
 		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		return
+	}
+	if res := m.tooSmall(req); res != nil {
+		// RFC 4028 section 9: a session interval below the PBX's minimum
+		// is refused with 422 and Min-SE, before anything else.
+		_ = tx.Respond(res)
 		return
 	}
 	if hasToTag(req) {
@@ -334,6 +345,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.info.Reason = reason
 		c.mu.Unlock()
 		close(c.done)
+		c.stopTimers()
 		if c.session != nil {
 			_ = c.session.Close()
 		}
