@@ -10,8 +10,11 @@ QUICKSTART := packaging/quickstart
 TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec chromium:chromium
 # ... and what the benchmarks add: wrk loads the HTTP API.
 BENCH_DEBS := $(TEST_DEBS) wrk:wrk
+# ... and the reference bench-compare measures the PBX against: Kamailio and
+# rtpengine's userspace daemon.
+COMPARE_DEBS := sip-tester:sipp kamailio:kamailio rtpengine-daemon:rtpengine
 
-.PHONY: all build run test test-go test-deps bench-deps test-package bench lint package clean
+.PHONY: all build run test test-go test-deps bench-deps compare-deps test-package bench bench-compare lint package clean
 
 all: build
 
@@ -35,9 +38,10 @@ test-go:
 # missing. Quiet when present.
 DEBS = $(TEST_DEBS)
 bench-deps: DEBS = $(BENCH_DEBS)
-test-deps bench-deps:
+compare-deps: DEBS = $(COMPARE_DEBS)
+test-deps bench-deps compare-deps:
 	@missing=""; for d in $(DEBS); do pkg=$${d%%:*}; cmd=$${d##*:}; \
-	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	  PATH="$$PATH:/usr/sbin:/sbin" command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -45,8 +49,15 @@ test-deps bench-deps:
 	fi
 
 # One package at a time (-p 1): the end-to-end load figures need the machine.
+# The side-by-side comparison is bench-compare's, with its own dependencies.
 bench: bench-deps build
-	PBX_BIN=$(CURDIR)/bin $(GO) test -p 1 -run '^$$' -bench . -benchmem -timeout 30m ./...
+	PBX_BIN=$(CURDIR)/bin $(GO) test -p 1 -run '^$$' -bench . -skip '^BenchmarkCompare' -benchmem -timeout 30m ./...
+
+# Side by side with Kamailio and rtpengine from Debian, in one run of about
+# 15 to 25 minutes; the table is printed at the end. PBX_COMPARE_* variables
+# size it (see the README's Development section).
+bench-compare: compare-deps build
+	PBX_BIN=$(CURDIR)/bin $(GO) test -run '^$$' -bench Compare -benchtime 1x -timeout 40m ./appliance/e2e
 
 # staticcheck is run at a pinned version from the module proxy, so every machine
 # checks with the same rules without installing it first.

@@ -202,7 +202,7 @@ func apiCall(ci *b2bua.CallInfo) api.Call {
 	from, _ := callerOf(ci)
 	call := api.Call{
 		ID: string(ci.ID), Tenant: ci.Tenant, Direction: ci.Direction, From: from, To: ci.To,
-		State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{},
+		State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{}, Held: ci.Held,
 	}
 	if !ci.Answer.IsZero() {
 		a := ci.Answer

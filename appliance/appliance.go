@@ -162,7 +162,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
 
-	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax}
+	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
+		Quarantine: sys.Media.PortQuarantine.D()}
+	if mediaOpts.Quarantine == 0 {
+		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
+	}
 	if sys.Media.ExternalIP != "" {
 		mediaOpts.AdvertiseIP, _ = netip.ParseAddr(sys.Media.ExternalIP)
 	}
@@ -173,7 +177,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk}, log.With("component", "trunks")); err != nil {
+	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
@@ -193,6 +197,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
+		MinSE:         sessionMinSETestKnob(),
 		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
 	}, log.With("component", "calls")); err != nil {
@@ -210,6 +215,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	backends.Guard = guardSource{a.guard}
 	backends.Events = a.bus
 	backends.Media = mediaSource{a.media}
+	backends.SIP = sipSource{a.sip}
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
 		backends.CallLogStats = callLogStats{a.cdr}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -77,16 +78,35 @@ func cdrTestKnobs(o cdr.Options) cdr.Options {
 // no result yet (the dial or ring group) takes the call's outcome.
 func (l *callLog) record(c *b2bua.CallInfo) *cdr.Record {
 	rec := recordOf(c)
-	if l.steps == nil {
-		return rec
+	if l.steps != nil {
+		for _, st := range l.steps(c.ID) {
+			rec.AddStep(st)
+		}
+		if n := len(rec.Steps); n > 0 && rec.Steps[n-1].Result == "" && c.State == b2bua.StateEnded {
+			rec.Steps[n-1].Result = string(causeOf(c.Cause))
+		}
 	}
-	for _, st := range l.steps(c.ID) {
-		rec.AddStep(st)
-	}
-	if n := len(rec.Steps); n > 0 && rec.Steps[n-1].Result == "" && c.State == b2bua.StateEnded {
-		rec.Steps[n-1].Result = string(causeOf(c.Cause))
-	}
+	addDigits(rec, c.Digits)
 	return rec
+}
+
+// addDigits records the DTMF the caller sent once connected (as RFC 4733
+// or SIP INFO) with the step that connected the call, the last one: one
+// entry holding every digit, at the first digit's time. A voicemail_check
+// step's digits (a PIN) are dropped by the record.
+func addDigits(rec *cdr.Record, ds []b2bua.Digit) {
+	if len(ds) == 0 {
+		return
+	}
+	var st cdr.Step
+	if n := len(rec.Steps); n > 0 {
+		st = rec.Steps[n-1]
+	}
+	var b strings.Builder
+	for _, d := range ds {
+		b.WriteString(d.Digit)
+	}
+	rec.AddDigits(st.ID, st.Type, b.String(), ds[0].At.UTC().Truncate(time.Millisecond))
 }
 
 // recordOf builds the call record from a call snapshot. The record id is the call id,

@@ -59,3 +59,25 @@ func TestCallLogRecordsEachTenantsSide(t *testing.T) {
 		t.Errorf("demo has a record of acme's own call")
 	}
 }
+
+// TestCallLogRecordsDigits: the caller's digits (RFC 4733 or INFO) reach the
+// record's digits with the step that connected the call; a voicemail_check
+// step's are never recorded.
+func TestCallLogRecordsDigits(t *testing.T) {
+	start := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	c := b2bua.CallInfo{
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: b2bua.DirectionInternal, Start: start,
+		State: b2bua.StateEnded, End: start.Add(time.Minute), Cause: b2bua.CauseAnswered,
+		Digits: []b2bua.Digit{{Digit: "4", At: start.Add(2 * time.Second), Via: b2bua.DigitViaRTP}, {Digit: "#", At: start.Add(3 * time.Second), Via: b2bua.DigitViaINFO}},
+	}
+	steps := []cdr.Step{{ID: "s1", Type: "dial"}}
+	l := &callLog{steps: func(b2bua.CallID) []cdr.Step { return steps }}
+	rec := l.record(&c)
+	if len(rec.Digits) != 1 || rec.Digits[0].Digits != "4#" || rec.Digits[0].Step != "s1" || rec.Digits[0].Type != "dial" || !rec.Digits[0].At.Equal(start.Add(2*time.Second)) {
+		t.Fatalf("digits %+v", rec.Digits)
+	}
+	steps = []cdr.Step{{ID: "vm", Type: cdr.StepVoicemailCheck}}
+	if rec := l.record(&c); len(rec.Digits) != 0 {
+		t.Fatalf("voicemail_check digits recorded: %+v", rec.Digits)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/rtpcore"
+	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
@@ -28,6 +29,8 @@ var callEvents = map[b2bua.EventKind]events.Type{
 	b2bua.EventCreated:  events.CallCreated,
 	b2bua.EventRinging:  events.CallRinging,
 	b2bua.EventAnswered: events.CallAnswered,
+	b2bua.EventHeld:     events.CallHeld, // its data says held: true
+	b2bua.EventResumed:  events.CallHeld, // and held: false
 	b2bua.EventEnded:    events.CallEnded,
 }
 
@@ -120,8 +123,11 @@ type mediaSource struct{ e *rtpcore.Engine }
 
 func (m mediaSource) Media(ctx context.Context) (api.MediaTotals, error) {
 	t := m.e.Totals()
+	st := m.e.Stats()
 	return api.MediaTotals{
-		Legs: t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
+		PortsInUse: st.PortsInUse, PortsResting: st.PortsQuarantined, PortsFree: st.PortsTotal - st.PortsInUse - st.PortsQuarantined,
+		PortsExhausted: st.PortsExhausted,
+		Legs:           t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
 		PacketsLost: t.PacketsLost, Strays: t.Strays,
 		Jitter: histogram(rtpcore.JitterBounds[:], t.JitterCounts[:], t.JitterSum),
 	}, nil
@@ -147,4 +153,21 @@ func histogram(bounds []time.Duration, counts []uint64, sum time.Duration) api.H
 		}
 	}
 	return h
+}
+
+// sipSource reads the SIP stack's transport counters for the metrics.
+type sipSource struct{ s *sipcore.Server }
+
+func (x sipSource) SIP(ctx context.Context) (api.SIPStats, error) {
+	st, tcp := x.s.Stats(), x.s.TCPStats()
+	return api.SIPStats{
+		OpenTransactions: st.OpenTransactions, UDPSources: st.UDPPoolEntries,
+		Refused: map[string]uint64{"over_cap": st.RefusedOverCap, "version": st.VersionRejected, "too_large": st.TooLarge},
+		Dropped: map[string]uint64{"bad_version": st.BadVersionDropped, "too_large": st.TooLargeDropped,
+			"malformed": st.MalformedDropped, "queue_full": st.QueueDropped},
+		TCPOpen: tcp.Open, TCPAccepted: tcp.Accepted, TCPAcceptErrors: tcp.AcceptErrors,
+		TCPRefused: map[string]uint64{"total": tcp.RefusedTotal, "per_source": tcp.RefusedSource},
+		TCPClosed: map[string]uint64{"idle": tcp.IdleClosed, "incomplete": tcp.IncompleteClosed, "oversize": tcp.Oversize,
+			"malformed": tcp.Malformed, "throttled": tcp.Throttled},
+	}, nil
 }

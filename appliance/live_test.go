@@ -42,6 +42,18 @@ func TestLivePublishesStateChanges(t *testing.T) {
 			t.Fatalf("ringing for %s: %+v", want, e)
 		}
 	}
+	call.Held = true
+	l.CallEvent(b2bua.Event{Kind: b2bua.EventHeld, Call: call})
+	if e := next(t, sub); e.Type != events.CallHeld || !e.Data.(api.Call).Held {
+		t.Fatalf("held: %+v", e)
+	}
+	next(t, sub)
+	call.Held = false
+	l.CallEvent(b2bua.Event{Kind: b2bua.EventResumed, Call: call})
+	if e := next(t, sub); e.Type != events.CallHeld || e.Data.(api.Call).Held {
+		t.Fatalf("resumed: %+v", e)
+	}
+	next(t, sub)
 	call.State, call.Cause = b2bua.StateEnded, "busy"
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: call})
 	if e := next(t, sub); e.Type != events.CallEnded || e.Data.(api.Call).Cause != "busy" {

@@ -333,8 +333,10 @@ func (r *router) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTar
 		Kind:       b2bua.KindTrunk,
 		Name:       tr.Name,
 	}
-	if dst, ok := r.trunks.Destination(tr.Name); ok {
-		leg.Destination = dst
+	// The trunk's destinations, most preferred first (its SRV targets): the
+	// leg moves on to the next on no answer or 503 (RFC 3263 section 4.3).
+	if dests := r.trunks.Destinations(tr.Name); len(dests) > 0 {
+		leg.Destination, leg.Alternates = dests[0], dests[1:]
 	}
 	if tr.Auth.Username != "" {
 		leg.Auth = &b2bua.Credentials{Username: tr.Auth.Username, Password: tr.Auth.Password.Reveal()}

@@ -9,7 +9,7 @@ import (
 // ApplySDP points the leg at the far end described by d, the far end's
 // own offer or answer: the audio address (SetRemote), the a=rtcp port if
 // given (SetRTCPRemote), and the telephone-event payload type
-// (SetTelephoneEventPT). Calling it again with an unchanged description
+// (SetTelephoneEventPT, or SetNoTelephoneEvent). Calling it again with an unchanged description
 // keeps the latched addresses.
 func (l *Leg) ApplySDP(d *sdp.Description) {
 	if d == nil {
@@ -22,6 +22,6 @@ func (l *Leg) ApplySDP(d *sdp.Description) {
 	if d.TelephoneEvent != nil {
 		l.SetTelephoneEventPT(int(d.TelephoneEvent.PayloadType))
 	} else {
-		l.SetTelephoneEventPT(-1)
+		l.SetNoTelephoneEvent()
 	}
 }

@@ -131,6 +131,7 @@ type EngineStats struct {
 	PortsTotal       int
 	PortsInUse       int
 	PortsQuarantined int
+	PortsExhausted   uint64 // allocations refused: no port could be bound
 }
 
 // Stats returns the engine's counters.
@@ -144,6 +145,7 @@ func (e *Engine) Stats() EngineStats {
 	st.PortsTotal = e.pool.Size()
 	st.PortsInUse = e.pool.InUse()
 	st.PortsQuarantined = e.pool.Quarantined()
+	st.PortsExhausted = e.pool.Exhausted()
 	return st
 }
 

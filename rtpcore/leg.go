@@ -26,7 +26,7 @@ type Leg struct {
 	target atomic.Pointer[netip.AddrPort] // where packets to the far end go
 
 	clockRate atomic.Uint32
-	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown
+	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown, teNone none
 
 	// Outbound counters are written by the peer's reader and by injections.
 	pktsOut        atomic.Uint64
@@ -126,8 +126,16 @@ func (l *Leg) SetTelephoneEventPT(pt int) {
 	l.tePT.Store(int32(pt))
 }
 
-// TelephoneEventPT returns the leg's telephone-event payload type, or -1.
-func (l *Leg) TelephoneEventPT() int { return int(l.tePT.Load()) }
+// teNone marks a leg whose SDP has no telephone-event.
+const teNone = -2
+
+// SetNoTelephoneEvent records that the leg's SDP has no telephone-event:
+// telephone-event packets are not relayed toward it.
+func (l *Leg) SetNoTelephoneEvent() { l.tePT.Store(teNone) }
+
+// TelephoneEventPT returns the leg's telephone-event payload type, or -1
+// (none, or unknown).
+func (l *Leg) TelephoneEventPT() int { return int(max(l.tePT.Load(), -1)) }
 
 // SetRemote sets the far end's address from its SDP (c= and m= port). A
 // changed address starts latching afresh; setting the same address again
@@ -261,9 +269,17 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		peer.replaced.Add(1)
 		return
 	}
-	if from, to := l.tePT.Load(), peer.tePT.Load(); from != to && from >= 0 && to >= 0 && int32(h.PayloadType) == from {
-		pkt[1] = pkt[1]&0x80 | byte(to)
-		h.PayloadType = uint8(to)
+	if from, to := l.tePT.Load(), peer.tePT.Load(); from >= 0 && int32(h.PayloadType) == from {
+		if to == teNone {
+			// The peer's far end did not negotiate telephone-event: the
+			// payload type means nothing there (the signalling layer
+			// carries the digit another way, SIP INFO).
+			return
+		}
+		if from != to && to >= 0 {
+			pkt[1] = pkt[1]&0x80 | byte(to)
+			h.PayloadType = uint8(to)
+		}
 	}
 	if !peer.send(pkt) {
 		return

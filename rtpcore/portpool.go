@@ -6,14 +6,19 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Port range and quarantine defaults.
 const (
-	DefaultPortMin    = 10000
-	DefaultPortMax    = 20000
-	DefaultQuarantine = 5 * time.Second
+	DefaultPortMin = 10000
+	DefaultPortMax = 20000
+	// DefaultQuarantine is short: at 200 ms the default range's 5,000 port
+	// pairs carry 2,000 one-second calls a second (two legs each), and the
+	// far ends of a call that ended stop sending well within it; a stray
+	// late packet cannot take a new leg over anyway (see relatching).
+	DefaultQuarantine = 200 * time.Millisecond
 )
 
 // PortPoolOptions configures a PortPool.
@@ -43,6 +48,8 @@ type PortPool struct {
 	quarantine time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+
+	exhausted atomic.Uint64
 
 	mu      sync.Mutex
 	free    []int // FIFO: least recently used first
@@ -165,35 +172,54 @@ func (p *PortPool) allocate(pair bool) (*net.UDPConn, *net.UDPConn, error) {
 }
 
 // take hands out the first free port that bind succeeds on; a port bind
-// fails on rests for a quarantine before it is tried again. bind runs with
-// the pool locked and must not call back into it.
+// fails on rests for a quarantine before it is tried again. The port is
+// reserved under the pool's lock and bound without it, so allocations of
+// concurrent calls do not wait on each other's system calls. bind must not
+// call back into the pool.
 func (p *PortPool) take(bind func(port int) error) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return 0, ErrClosed
-	}
-	now := p.now()
-	p.wakeLocked(now)
 	var lastErr error
-	for tries := len(p.free); tries > 0 && len(p.free) > 0; tries-- {
+	budget := -1 // tries left: the free ports at the first look
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return 0, ErrClosed
+		}
+		p.wakeLocked(p.now())
+		if budget < 0 {
+			budget = len(p.free)
+		}
+		if budget == 0 || len(p.free) == 0 {
+			inUse, resting := len(p.inUse), len(p.resting)
+			p.mu.Unlock()
+			p.exhausted.Add(1)
+			if lastErr != nil {
+				p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "err", lastErr)
+				return 0, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
+			}
+			p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", inUse, "quarantined", resting)
+			return 0, ErrPortsExhausted
+		}
+		budget--
 		port := p.free[0]
 		p.free = p.free[1:]
-		if err := bind(port); err != nil {
-			lastErr = err
-			p.resting = append(p.resting, quarantined{port: port, until: now.Add(p.quarantine)})
-			continue
+		p.inUse[port] = struct{}{} // reserved while it is bound
+		p.mu.Unlock()
+
+		err := bind(port)
+		if err == nil {
+			return port, nil
 		}
-		p.inUse[port] = struct{}{}
-		return port, nil
+		lastErr = err
+		p.mu.Lock()
+		delete(p.inUse, port)
+		p.resting = append(p.resting, quarantined{port: port, until: p.now().Add(p.quarantine)})
+		p.mu.Unlock()
 	}
-	if lastErr != nil {
-		p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "err", lastErr)
-		return 0, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
-	}
-	p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", len(p.inUse), "quarantined", len(p.resting))
-	return 0, ErrPortsExhausted
 }
+
+// Exhausted counts allocations refused because no port could be bound.
+func (p *PortPool) Exhausted() uint64 { return p.exhausted.Load() }
 
 // Release closes conn and puts its port into quarantine. Releasing a socket
 // the pool did not hand out, such as the RTCP socket of AllocatePair, only

@@ -154,3 +154,43 @@ func TestPortPoolConcurrent(t *testing.T) {
 		t.Errorf("in use %d size %d", p.InUse(), p.Size())
 	}
 }
+
+// TestPortPoolBindsOutsideItsLock: while one allocation waits in its bind
+// (a slow system call), another completes; a refused allocation is counted.
+func TestPortPoolBindsOutsideItsLock(t *testing.T) {
+	lo, hi := freeRange(t, 2)
+	p, err := NewPortPool(PortPoolOptions{Min: lo, Max: hi, BindIP: loopback, Quarantine: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan int), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.take(func(port int) error { entered <- port; <-release; return nil })
+		done <- err
+	}()
+	slow := <-entered
+	second := make(chan int, 1)
+	go func() {
+		port, err := p.take(func(int) error { return nil })
+		if err != nil {
+			t.Error(err)
+		}
+		second <- port
+	}()
+	select {
+	case port := <-second:
+		if port == slow {
+			t.Fatalf("port %d handed out twice", port)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an allocation waited for another's bind: the pool binds under its lock")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.take(func(int) error { return nil }); !errors.Is(err, ErrPortsExhausted) || p.Exhausted() != 1 {
+		t.Fatalf("third allocation: %v, exhausted counted %d", err, p.Exhausted())
+	}
+}

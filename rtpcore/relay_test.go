@@ -850,6 +850,17 @@ func TestTelephoneEventPTMapped(t *testing.T) {
 	if la.TelephoneEventPT() != 96 || lb.TelephoneEventPT() != -1 {
 		t.Errorf("PTs %d %d", la.TelephoneEventPT(), lb.TelephoneEventPT())
 	}
+	// A receiving side whose SDP has no telephone-event gets no events,
+	// and audio as before.
+	lb.SetNoTelephoneEvent()
+	send(pa, la, 96, false)
+	pa.sendTo(legTo(la), audio)
+	if got, _ := pb.recv(5 * time.Second); !bytes.Equal(got, audio) {
+		t.Fatalf("after an event toward a leg without telephone-event, got %x, want the audio", got)
+	}
+	if lb.TelephoneEventPT() != -1 {
+		t.Errorf("PT %d, want -1", lb.TelephoneEventPT())
+	}
 }
 
 func TestDTMFTapOnLeg(t *testing.T) {

@@ -19,13 +19,20 @@
 //     Server.TCPStats;
 //   - handler registration that adds the Server header to every response the
 //     handlers send and answers new INVITEs with 503 while draining;
-//   - an answer to OPTIONS outside a dialog (200 with Allow and Accept);
+//   - an answer to OPTIONS outside a dialog (200 with Allow and Accept),
+//     sent over UDP without a transaction;
 //   - an answer to methods nobody handles, logged at debug level: SUBSCRIBE
 //     gets 489 Bad Event (no event package is supported), PRACK 420 with
 //     Unsupported: 100rel (reliable provisionals are not supported), and
 //     anything else (REFER, MESSAGE...) 405 with Allow;
 //   - Phrase, the standard reason phrase of every status code;
-//   - per-transport clients whose Via and Contact advertise the external host.
+//   - per-transport clients whose Via and Contact advertise the external host;
+//   - bounded state under a flood (udp.go): UDP is read by sipcore's own
+//     readers, which answer 505 (SIP version not 2.0), 513 (datagram over
+//     UDPMaxMessage) and 503 with Retry-After past the cap on open server
+//     transactions (Options.MaxServerTransactions) before anything is kept,
+//     and feed sipgo through generations that let it forget the source
+//     addresses it learns. Server.Stats exposes the counts.
 //
 // Caveats:
 //

@@ -33,6 +33,9 @@ var quietMethods = map[sip.RequestMethod]bool{
 // at info level with a kind the daemon's logger rate-limits, so a flood is
 // never one warning per request. Both lines carry the source.
 func (s *Server) handleNoRoute(req *sip.Request, tx sip.ServerTransaction) {
+	if !s.admitTx(req, tx) {
+		return
+	}
 	var res *sip.Response
 	switch req.Method {
 	case sip.ACK:

@@ -23,6 +23,15 @@ const (
 	// UDPSocketBuffer is the receive and send buffer asked for on UDP
 	// listeners (the kernel grants at most net.core.rmem_max/wmem_max).
 	UDPSocketBuffer = 4 << 20
+	// DefaultMaxServerTransactions caps the server transactions open at
+	// once when Options.MaxServerTransactions is 0. A UDP non-INVITE server
+	// transaction lives 64*T1 = 32 s after its final response (RFC 3261
+	// 17.2.2) and holds about 6 kB, so the cap bounds that memory near
+	// 120 MB; past it a new request is refused with 503.
+	DefaultMaxServerTransactions = 20000
+	// RetryAfterOverload is the Retry-After, in seconds, of the 503 sent to a
+	// request refused past the transaction cap.
+	RetryAfterOverload = 10
 
 	// DefaultTCPIdleTimeout closes a SIP TCP connection that carried no byte
 	// for this long. It is longer than the CRLF keep-alive (RFC 5626 4.4.1
@@ -97,6 +106,15 @@ type Options struct {
 	// Admit, when set, sees every packet before the SIP stack.
 	Admit Admitter
 
+	// MaxServerTransactions caps the server transactions open at once; a
+	// new request past the cap is answered 503 with Retry-After without
+	// creating one, unless its source recently got a 2xx (a phone that
+	// authenticated), which may use a reserve of a quarter of the cap more
+	// (the count lags a flood by the requests in flight, so the reserve is
+	// generous).
+	// 0 means DefaultMaxServerTransactions.
+	MaxServerTransactions int
+
 	// TCP bounds the connections TCP listeners accept.
 	TCP TCPOptions
 }
@@ -153,6 +171,13 @@ func (o Options) userAgent() string {
 		return DefaultUserAgent
 	}
 	return *o.UserAgent
+}
+
+func (o Options) maxServerTransactions() int {
+	if o.MaxServerTransactions > 0 {
+		return o.MaxServerTransactions
+	}
+	return DefaultMaxServerTransactions
 }
 
 func (o Options) contactUser() string {

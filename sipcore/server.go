@@ -40,6 +40,11 @@ type Server struct {
 
 	unhandled atomic.Pointer[func(*sip.Response)]
 
+	parser *sip.Parser // for the UDP readers' stateless answers
+	txs    *txTracker
+	known  *knownSources
+	stats  counters
+
 	ready     chan struct{}
 	closeOnce sync.Once
 	runCancel context.CancelFunc
@@ -88,6 +93,9 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 			return nil, fmt.Errorf("%w: listener %q: port %d out of range", ErrInvalidOptions, l.ID, l.BindPort)
 		}
 	}
+	if opts.MaxServerTransactions < 0 {
+		return nil, fmt.Errorf("%w: negative transaction cap %d", ErrInvalidOptions, opts.MaxServerTransactions)
+	}
 	opts.TCP = opts.TCP.withDefaults() // a negative value stays and is refused
 	if err := opts.TCP.validate(); err != nil {
 		return nil, err
@@ -96,7 +104,8 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
 
-	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{})}
+	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
+		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}
 	s.tcp = newTCPLimits(opts.TCP, opts.Admit, log)
 
 	// Bind everything first so a taken port surfaces before anything runs.
@@ -270,13 +279,27 @@ func advertisedHost(external string, bind netip.Addr) string {
 // and a connection the PBX dialled goes to a peer the PBX chose.
 func (s *Server) readFilter(props sip.TransportReadProps, data []byte) ([]byte, error) {
 	admit := s.opts.Admit
-	if admit == nil || strings.EqualFold(props.Transport, TransportTCP) {
+	if admit == nil || strings.EqualFold(props.Transport, TransportTCP) || s.readByUs(props) {
 		return data, nil
 	}
 	if !admit(addrOf(props.RemoteAddr), strings.ToLower(props.Transport), data) {
 		return nil, nil
 	}
 	return data, nil
+}
+
+// readByUs reports whether a datagram came through a UDP listener's
+// readers (udp.go), which admitted it already.
+func (s *Server) readByUs(props sip.TransportReadProps) bool {
+	if !strings.EqualFold(props.Transport, TransportUDP) || props.LocalAddr == nil {
+		return false
+	}
+	for _, b := range s.listeners {
+		if b.udp != nil && b.udp.LocalAddr() == props.LocalAddr {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) onUnhandledResponse(res *sip.Response) {
@@ -304,6 +327,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 	}
 	s.mu.Unlock()
 	wrapped := func(req *sip.Request, tx sip.ServerTransaction) {
+		if !s.admitTx(req, tx) {
+			return
+		}
 		stx := s.WrapTx(tx)
 		if method == sip.INVITE && s.draining.Load() && !hasToTag(req) {
 			res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
@@ -327,7 +353,12 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 // HandleNoRoute replaces the default answer to methods nobody registered
 // (489, 420 or 405 with Allow; see handleNoRoute).
 func (s *Server) HandleNoRoute(h sipgo.RequestHandler) {
-	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) { h(req, s.WrapTx(tx)) })
+	s.srv.OnNoRoute(func(req *sip.Request, tx sip.ServerTransaction) {
+		if !s.admitTx(req, tx) {
+			return
+		}
+		h(req, s.WrapTx(tx))
+	})
 }
 
 func hasToTag(req *sip.Request) bool {
@@ -349,6 +380,9 @@ func (s *Server) Allow() string {
 }
 
 func (s *Server) handleOptions(req *sip.Request, tx sip.ServerTransaction) {
+	if !s.admitTx(req, tx) {
+		return
+	}
 	s.mu.RLock()
 	inDialog := s.inDialogOptions
 	s.mu.RUnlock()
@@ -356,12 +390,17 @@ func (s *Server) handleOptions(req *sip.Request, tx sip.ServerTransaction) {
 		inDialog(req, tx)
 		return
 	}
+	if err := s.WrapTx(tx).Respond(s.optionsResponse(req)); err != nil {
+		s.log.Debug("respond to OPTIONS", "err", err)
+	}
+}
+
+// optionsResponse is the 200 to an out-of-dialog OPTIONS.
+func (s *Server) optionsResponse(req *sip.Request) *sip.Response {
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
 	res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
-	if err := s.WrapTx(tx).Respond(res); err != nil {
-		s.log.Debug("respond to OPTIONS", "err", err)
-	}
+	return res
 }
 
 // Drain makes new INVITEs get 503 while dialogs in progress continue.
@@ -504,7 +543,7 @@ func (s *Server) Run(ctx context.Context) error {
 			var err error
 			switch b.Transport {
 			case TransportUDP:
-				err = s.srv.ServeUDP(b.udp)
+				err = s.serveUDP(b)
 			case TransportTCP:
 				err = s.srv.ServeTCP(b.tcpLn)
 			}
@@ -517,6 +556,10 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error {
 		<-gctx.Done()
 		s.closeSockets()
+		return nil
+	})
+	g.Go(func() error {
+		s.releaseAfterOverload(gctx)
 		return nil
 	})
 	g.Go(func() error {

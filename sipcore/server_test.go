@@ -15,16 +15,22 @@ import (
 	"pbx/sipcore"
 )
 
-func run(t *testing.T, opts sipcore.Options) *sipcore.Server {
+// run builds a server, lets setup register handlers, and serves it until
+// the test ends.
+func run(t testing.TB, opts sipcore.Options, setup ...func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
-	return runWithLog(t, opts, nil)
+	return runWithLog(t, opts, nil, setup...)
 }
 
-func runWithLog(t *testing.T, opts sipcore.Options, log *slog.Logger) *sipcore.Server {
+// runWithLog is run with a logger.
+func runWithLog(t testing.TB, opts sipcore.Options, log *slog.Logger, setup ...func(*sipcore.Server)) *sipcore.Server {
 	t.Helper()
 	s, err := sipcore.New(opts, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -33,6 +33,7 @@ type metrics struct {
 	ended    *prometheus.CounterVec
 	setup    prometheus.Histogram
 	dropped  prometheus.Counter
+	sub      *events.Subscription // calls, from the event bus; nil without one
 }
 
 func newMetrics(b api.Backends) *metrics {
@@ -49,6 +50,12 @@ func newMetrics(b api.Backends) *metrics {
 	m.dropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "pbx_metrics_events_dropped_total", Help: "Call events the metrics lost to a full queue (their counts are low by as many).",
 	})
+	if b.Events != nil {
+		// Subscribed now, so no call is missed before the server runs.
+		m.sub = b.Events.Subscribe(4096, func(e events.Event) bool {
+			return e.Type == events.CallAnswered || e.Type == events.CallEnded
+		})
+	}
 	m.reg.MustRegister(m.requests, m.ended, m.setup, m.dropped, stateCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -70,12 +77,10 @@ func (m *metrics) observe(r *http.Request, code int) {
 
 // follow counts calls from the event bus until ctx ends.
 func (m *metrics) follow(ctx context.Context) {
-	if m.b.Events == nil {
+	sub := m.sub
+	if sub == nil {
 		return
 	}
-	sub := m.b.Events.Subscribe(4096, func(e events.Event) bool {
-		return e.Type == events.CallAnswered || e.Type == events.CallEnded
-	})
 	defer sub.Close()
 	// A call between tenants is published once for each tenant's side:
 	// count it once.
@@ -142,7 +147,18 @@ var (
 	descRTPLost     = prometheus.NewDesc("pbx_rtp_packets_lost_total", "RTP packets lost before reaching the PBX (sequence gaps).", nil, nil)
 	descRTPLegs     = prometheus.NewDesc("pbx_rtp_legs_total", "Media legs opened.", nil, nil)
 	descRTPStrays   = prometheus.NewDesc("pbx_rtp_stray_packets_total", "Packets from other sources than a leg's latched one, dropped.", nil, nil)
+	descRTPPorts    = prometheus.NewDesc("pbx_rtp_ports", "RTP port pairs of the range by state: in_use, resting (after release), free.", []string{"state"}, nil)
+	descRTPExhaust  = prometheus.NewDesc("pbx_rtp_ports_exhausted_total", "Media legs refused because no RTP port could be bound (the call got 503).", nil, nil)
 	descRTPJitter   = prometheus.NewDesc("pbx_rtp_jitter_seconds", "Interarrival jitter of each closed media leg that received audio.", nil, nil)
+	descSIPTx       = prometheus.NewDesc("pbx_sip_transactions_open", "SIP server transactions open (capped; past the cap requests get 503).", nil, nil)
+	descSIPSources  = prometheus.NewDesc("pbx_sip_udp_sources", "Per-source entries the SIP stack keeps for UDP (bounded whatever the number of sources).", nil, nil)
+	descSIPRefused  = prometheus.NewDesc("pbx_sip_refused_total", "SIP requests refused before a handler, by reason (over_cap 503, version 505, too_large 513).", []string{"reason"}, nil)
+	descSIPDropped  = prometheus.NewDesc("pbx_sip_dropped_total", "SIP datagrams dropped unanswered before a handler, by reason.", []string{"reason"}, nil)
+	descTCPOpen     = prometheus.NewDesc("pbx_sip_tcp_connections", "SIP TCP connections open.", nil, nil)
+	descTCPAccepted = prometheus.NewDesc("pbx_sip_tcp_accepted_total", "SIP TCP connections accepted within the caps.", nil, nil)
+	descTCPAccErr   = prometheus.NewDesc("pbx_sip_tcp_accept_errors_total", "Failed accepts (EMFILE and the like), each retried after a pause.", nil, nil)
+	descTCPRefused  = prometheus.NewDesc("pbx_sip_tcp_refused_total", "SIP TCP connections closed on accept, by cap (total, per_source).", []string{"reason"}, nil)
+	descTCPClosed   = prometheus.NewDesc("pbx_sip_tcp_closed_total", "SIP TCP connections the PBX closed, by reason.", []string{"reason"}, nil)
 	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
 	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
 	descCDRPending  = prometheus.NewDesc("pbx_cdr_pending", "Call records waiting to be written (a full or failing disk).", nil, nil)
@@ -151,7 +167,8 @@ var (
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
-		descRTPJitter, descCDRCommits, descCDRSeconds, descCDRPending} {
+		descRTPPorts, descRTPExhaust, descRTPJitter, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
+		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descCDRCommits, descCDRSeconds, descCDRPending} {
 		ch <- d
 	}
 }
@@ -228,7 +245,28 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descRTPLost, t.PacketsLost)
 			counter(descRTPLegs, t.Legs)
 			counter(descRTPStrays, t.Strays)
+			gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
+			gauge(descRTPPorts, float64(t.PortsResting), "resting")
+			gauge(descRTPPorts, float64(t.PortsFree), "free")
+			counter(descRTPExhaust, t.PortsExhausted)
 			ch <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
+		}
+	}
+	if b.SIP != nil {
+		if s, err := b.SIP.SIP(ctx); err == nil {
+			gauge(descSIPTx, float64(s.OpenTransactions))
+			gauge(descSIPSources, float64(s.UDPSources))
+			gauge(descTCPOpen, float64(s.TCPOpen))
+			counter(descTCPAccepted, s.TCPAccepted)
+			counter(descTCPAccErr, s.TCPAcceptErrors)
+			for _, v := range []struct {
+				d *prometheus.Desc
+				m map[string]uint64
+			}{{descSIPRefused, s.Refused}, {descSIPDropped, s.Dropped}, {descTCPRefused, s.TCPRefused}, {descTCPClosed, s.TCPClosed}} {
+				for reason, n := range v.m {
+					counter(v.d, n, reason)
+				}
+			}
 		}
 	}
 	if b.CallLogStats != nil {

@@ -3,7 +3,13 @@ package web
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,8 +25,16 @@ import (
 type fakeMedia struct{}
 
 func (fakeMedia) Media(context.Context) (api.MediaTotals, error) {
-	return api.MediaTotals{Legs: 4, PacketsIn: 1000, PacketsOut: 990, PacketsLost: 10,
+	return api.MediaTotals{Legs: 4, PacketsIn: 1000, PacketsOut: 990, PacketsLost: 10, PortsInUse: 4, PortsResting: 6, PortsFree: 90, PortsExhausted: 3,
 		Jitter: api.Histogram{Buckets: map[float64]uint64{0.001: 1, 0.002: 2}, Count: 2, Sum: 0.003}}, nil
+}
+
+type fakeSIP struct{}
+
+func (fakeSIP) SIP(context.Context) (api.SIPStats, error) {
+	return api.SIPStats{OpenTransactions: 12, UDPSources: 40, TCPOpen: 3, TCPAccepted: 9,
+		Refused: map[string]uint64{"over_cap": 5}, Dropped: map[string]uint64{"malformed": 7},
+		TCPRefused: map[string]uint64{"per_source": 2}, TCPClosed: map[string]uint64{"idle": 4}}, nil
 }
 
 type fakeCallLogStats struct{}
@@ -82,6 +96,7 @@ func TestMetrics(t *testing.T) {
 	e := newEnv(t, withBus(bus), func(_ *config.API, o *Options) {
 		o.Backends.Media = fakeMedia{}
 		o.Backends.CallLogStats = fakeCallLogStats{}
+		o.Backends.SIP = fakeSIP{}
 	})
 	e.get("/v1/status", secretAdmin)
 	fams := scrape(t, e)
@@ -99,8 +114,16 @@ func TestMetrics(t *testing.T) {
 		{"pbx_guard_bans_active", nil, 1},
 		{"pbx_rtp_packets_total", []string{"direction", "in"}, 1000},
 		{"pbx_rtp_packets_lost_total", nil, 10},
+		{"pbx_rtp_ports", []string{"state", "free"}, 90},
+		{"pbx_rtp_ports_exhausted_total", nil, 3},
 		{"pbx_rtp_jitter_seconds", nil, 2},
 		{"pbx_cdr_commits_total", nil, 7},
+		{"pbx_sip_transactions_open", nil, 12},
+		{"pbx_sip_refused_total", []string{"reason", "over_cap"}, 5},
+		{"pbx_sip_dropped_total", []string{"reason", "malformed"}, 7},
+		{"pbx_sip_tcp_connections", nil, 3},
+		{"pbx_sip_tcp_refused_total", []string{"reason", "per_source"}, 2},
+		{"pbx_sip_tcp_closed_total", []string{"reason", "idle"}, 4},
 		{"pbx_cdr_pending", nil, 2},
 		{"pbx_api_requests_total", []string{"route", "/v1/status", "code", "200"}, 1},
 	}
@@ -147,5 +170,88 @@ func TestMetrics(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestMonitoringExamples: every metric the shipped Grafana dashboard
+// queries is one /v1/metrics serves, and the Prometheus scrape example
+// passes promtool's check where promtool is installed.
+func TestMonitoringExamples(t *testing.T) {
+	bus := events.New(0)
+	e := newEnv(t, withBus(bus), func(_ *config.API, o *Options) {
+		o.Backends.Media = fakeMedia{}
+		o.Backends.CallLogStats = fakeCallLogStats{}
+	})
+	e.get("/v1/status", secretAdmin) // a request counted by route
+	var fams map[string]*dto.MetricFamily
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; ; i++ {
+		// Until the metrics follow the bus (they subscribe as the server
+		// starts), an event may pass them by.
+		bus.Publish(events.Event{Type: events.CallEnded, Data: api.Call{ID: fmt.Sprint("c", i), Direction: "inbound", Cause: "answered"}})
+		fams = scrape(t, e)
+		if _, ok := fams["pbx_calls_total"]; ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	dash, err := os.ReadFile("../packaging/examples/monitoring/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(dash, &d); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	names := regexp.MustCompile(`\b(?:pbx|process|go)_[a-z_]+`)
+	seen := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range names.FindAllString(tg.Expr, -1) {
+				seen++
+				base := n
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if b, ok := strings.CutSuffix(n, suffix); ok && fams[b] != nil && fams[b].GetType() == dto.MetricType_HISTOGRAM {
+						base = b
+					}
+				}
+				if fams[base] == nil {
+					t.Errorf("panel %q queries %s, which /v1/metrics does not serve", p.Title, n)
+				}
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("only %d metric references in the dashboard", seen)
+	}
+
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool is not installed: the scrape example's check was not run")
+		return
+	}
+	cfg, err := os.ReadFile("../packaging/examples/monitoring/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "pbx-token")
+	if err := os.WriteFile(tokenFile, []byte(secretAdmin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = bytes.ReplaceAll(cfg, []byte("/etc/prometheus/pbx-token"), []byte(tokenFile))
+	path := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(promtool, "check", "config", path).CombinedOutput(); err != nil {
+		t.Errorf("promtool check config: %v\n%s", err, out)
 	}
 }

@@ -43,6 +43,7 @@ var rules = map[string]string{
 	"media.savpProfile":       "savpProfile not always or mirror",
 	"media.externalIp":        "externalIp not an IP address",
 	"media.timeout":           "negative media timeout",
+	"media.portQuarantine":    "RTP port rest negative or over a minute",
 	"moh.file":                "music-on-hold file unreadable",
 	"timezone":                "unknown IANA time zone",
 	"system.defaultTrunk":     "defaultTrunk names no trunk",

@@ -142,6 +142,10 @@ type Media struct {
 	// Timeout ends a call whose RTP stopped in both directions this long; zero
 	// disables it. Not in the specification's table: a pbx extension.
 	Timeout Duration `yaml:"timeout"`
+	// PortQuarantine is how long a released RTP port rests before another
+	// call may take it; zero: none. Not in the specification's table: a pbx
+	// extension.
+	PortQuarantine Duration `yaml:"portQuarantine"`
 }
 
 // MOH is a music-on-hold block (System or Tenant).

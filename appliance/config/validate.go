@@ -364,6 +364,9 @@ func (v *validator) system() {
 		v.errf(m, "media.savpProfile", "media.savpProfile", "savpProfile must be always or mirror, not %q", s.Media.SAVPProfile)
 	}
 	v.nonNegative(m, "media.timeout", "media.timeout", s.Media.Timeout)
+	if q := s.Media.PortQuarantine; q < 0 || q > Duration(time.Minute) {
+		v.errf(m, "media.portQuarantine", "media.portQuarantine", "must be between 0s and 1m (%s): a port resting longer only shrinks the range", q)
+	}
 	if s.Media.ExternalIP != "" && net.ParseIP(s.Media.ExternalIP) == nil {
 		v.errf(m, "media.externalIp", "media.externalIp", "%q is not an IP address", s.Media.ExternalIP)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -559,6 +562,10 @@ func bucketString(d time.Duration) string {
 //
 // The SIPps' overload warnings (their watchdog) are logged: with many calls
 // the figures then describe the load generator as much as the PBX.
+//
+// PBX_BENCH_OBSERVE=1 also keeps one event stream (GET /v1/events) open and
+// scrapes /v1/metrics once a second for the whole run, as a dashboard and a
+// Prometheus would: compare its pbx_cpu_% with a run without.
 func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	n := benchEnvInt("PBX_BENCH_CALLS", 100)
 	hold := benchEnvDuration("PBX_BENCH_HOLD", 20*time.Second)
@@ -567,8 +574,19 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	if hold < ramp+10*time.Second {
 		b.Fatalf("PBX_BENCH_HOLD %s is too short for %d calls set up at %d/s: give at least %s", hold, n, rate, ramp+10*time.Second)
 	}
-	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax})
+	observe := os.Getenv("PBX_BENCH_OBSERVE") == "1"
+	cfg := pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax}
+	if observe {
+		cfg.APIPort = freePort(b)
+	}
+	p := startPBX(b, cfg)
 	pid := p.cmd.Process.Pid
+	if observe {
+		events, scrapes := observeAPI(b, fmt.Sprintf("http://127.0.0.1:%d", cfg.APIPort))
+		defer func() {
+			b.Logf("observed: %d event stream bytes read, %d scrapes", events.Load(), scrapes.Load())
+		}()
+	}
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	// The caller plays until a second before its BYE, so every packet is sent
 	// while the call is up.
@@ -667,6 +685,56 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 			b.Logf("SIPp %s: %d overload warnings (its watchdog found it behind)", r.name, w)
 		}
 	}
+}
+
+// observeAPI keeps an event stream open and scrapes the metrics once a
+// second until the benchmark ends, counting what it read.
+func observeAPI(b *testing.B, base string) (events, scrapes *atomic.Int64) {
+	b.Helper()
+	events, scrapes = new(atomic.Int64), new(atomic.Int64)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		return http.DefaultClient.Do(req)
+	}
+	res, err := get("/v1/events")
+	if err != nil || res.StatusCode != http.StatusOK {
+		b.Fatalf("event stream: %v %v", err, res)
+	}
+	wg.Go(func() {
+		defer res.Body.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := res.Body.Read(buf)
+			events.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if r, err := get("/v1/metrics"); err == nil {
+				_, _ = io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+				scrapes.Add(1)
+			}
+		}
+	})
+	return events, scrapes
 }
 
 // requireWrk fails (never skips) when wrk is missing, with the command to install it.

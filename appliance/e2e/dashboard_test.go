@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,6 +13,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 const dashAcmeToken = "e2e-dashboard-acme-token-0123456789ab"
@@ -32,11 +36,28 @@ func requireChromium(t *testing.T) string {
 // and returns a tab's context.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	chromium := requireChromium(t)
+	// Chromium's helpers may still write to the profile for a moment after
+	// the browser is stopped: remove it (after the stop, cleanups run last
+	// first) until that succeeds, rather than with t.TempDir.
+	profile, err := os.MkdirTemp("", "pbx-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for range 50 {
+			if os.RemoveAll(profile) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("chromium profile %s not removed", profile)
+	})
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(requireChromium(t)),
+		chromedp.ExecPath(chromium),
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
@@ -87,7 +108,7 @@ func connect(t *testing.T, ctx context.Context, base, token string) {
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	var png []byte
-	run(t, ctx, 10*time.Second, "screenshot", chromedp.FullScreenshot(&png, 90))
+	run(t, ctx, 10*time.Second, "screenshot", chromedp.FullScreenshot(&png, 100))
 	path := filepath.Join(t.ArtifactDir(), name)
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
@@ -160,6 +181,8 @@ spec:
 	uas.wait()
 	run(t, ctx, 5*time.Second, "the call leaves the page", until(fmt.Sprintf(`document.querySelector('%s') === null`, row)))
 
+	checkMetrics(t, api)
+
 	crack := startSIPp(t, dir, "crack", 60*time.Second, fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "register_wrong.xml", "-inf", "guesses.csv",
 		"-m", "8", "-l", "1", "-i", "127.0.0.2", "-p", strconv.Itoa(freePort(t)), "-recv_timeout", "2000", "-max_retrans", "2")
 	banRow := `#bans tbody tr[data-ip="127.0.0.2"]`
@@ -202,5 +225,83 @@ spec:
 		chromedp.Text("#status", &status, chromedp.ByID))
 	if want := "401"; !strings.Contains(status, want) {
 		t.Errorf("status for a wrong token %q, want it to mention %s", status, want)
+	}
+}
+
+// checkMetrics scrapes /v1/metrics after one answered internal call: it
+// parses as the Prometheus text format, counts the call, its setup and its
+// relayed packets, and passes promtool's lint where promtool is installed.
+func checkMetrics(t *testing.T, api apiClient) {
+	t.Helper()
+	var body []byte
+	var fams map[string]*dto.MetricFamily
+	value := func(name string, labels ...string) float64 {
+		f := fams[name]
+		if f == nil {
+			return -1
+		}
+	next:
+		for _, m := range f.Metric {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.Label {
+					found = found || (l.GetName() == labels[i] && l.GetValue() == labels[i+1])
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue()
+			case m.Gauge != nil:
+				return m.Gauge.GetValue()
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return -1
+	}
+	waitFor(t, "the ended call counted in /v1/metrics", 10*time.Second, func() bool {
+		code, b := api.do("GET", "/v1/metrics")
+		if code != 200 {
+			t.Fatalf("metrics: %d %s", code, b)
+		}
+		var err error
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err = parser.TextToMetricFamilies(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("metrics do not parse: %v", err)
+		}
+		body = b
+		return value("pbx_calls_total", "direction", "internal", "cause", "answered") == 1
+	})
+	for _, c := range []struct {
+		name   string
+		labels []string
+		min    float64
+	}{
+		{"pbx_call_setup_seconds", nil, 1},
+		{"pbx_rtp_packets_total", []string{"direction", "in"}, 20},
+		{"pbx_rtp_legs_total", nil, 2},
+		{"pbx_registrations", nil, 1},
+		{"pbx_calls_active", []string{"direction", "internal"}, 0},
+		{"pbx_api_requests_total", []string{"route", "/v1/calls/{id}/hangup", "code", "202"}, 1},
+		{"process_resident_memory_bytes", nil, 1},
+		{"pbx_sip_udp_sources", nil, 1},
+		{"pbx_sip_tcp_accepted_total", nil, 0},
+	} {
+		if v := value(c.name, c.labels...); v < c.min {
+			t.Errorf("%s%v = %v, want at least %v", c.name, c.labels, v, c.min)
+		}
+	}
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("promtool is not installed: its lint of /v1/metrics was not run")
 	}
 }

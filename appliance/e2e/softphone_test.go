@@ -72,7 +72,7 @@ func softphonesRegister(t *testing.T, e *softphoneEnv) {
 		var regs struct {
 			Registrations []struct{ Extension, Username string } `json:"registrations"`
 		}
-		api.getJSON("/v1/registrations?tenant=demo", &regs)
+		api.getJSON("/v1/registrations?tenant=demo&online=true", &regs)
 		var got []string
 		for _, r := range regs.Registrations {
 			got = append(got, r.Username+"/"+r.Extension)

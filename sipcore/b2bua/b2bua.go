@@ -42,6 +42,17 @@ type Options struct {
 	// MediaTimeout ends an answered call whose RTP stopped in both
 	// directions for this long; 0 disables.
 	MediaTimeout time.Duration
+	// MinSE is the shortest session interval (RFC 4028) the PBX accepts;
+	// shorter requests get 422. Default DefaultMinSE (90 s, the RFC's
+	// floor); tests set less.
+	MinSE time.Duration
+	// SessionExpires is the session interval the PBX asks of callees,
+	// raised to MinSE. Default DefaultSessionExpires.
+	SessionExpires time.Duration
+	// FailoverAfter is how long an INVITE to a leg's destination may get
+	// no response at all before its next alternate is tried. Default
+	// DefaultFailoverAfter.
+	FailoverAfter time.Duration
 
 	// OnAuthFailure, when set, is called for an INVITE with wrong
 	// credentials. It must be quick.
@@ -98,6 +109,16 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 	}
 	if opts.RingTimeout <= 0 {
 		opts.RingTimeout = DefaultRingTimeout
+	}
+	if opts.MinSE <= 0 {
+		opts.MinSE = DefaultMinSE
+	}
+	if opts.SessionExpires <= 0 {
+		opts.SessionExpires = DefaultSessionExpires
+	}
+	opts.SessionExpires = max(opts.SessionExpires, opts.MinSE)
+	if opts.FailoverAfter <= 0 {
+		opts.FailoverAfter = DefaultFailoverAfter
 	}
 	m := &Manager{
 		log: log, opts: opts, sip: opts.SIP,

@@ -222,6 +222,15 @@ func TestHoldResume(t *testing.T) {
 		}
 	}
 	exchange(t, call.Media(), in.Media(), 20, "r")
+	var holds []b2bua.EventKind
+	for _, k := range e.rec.kinds() {
+		if k == b2bua.EventHeld || k == b2bua.EventResumed {
+			holds = append(holds, k)
+		}
+	}
+	if len(holds) != 2 || holds[0] != b2bua.EventHeld || holds[1] != b2bua.EventResumed {
+		t.Errorf("hold events %v, want held then resumed", holds)
+	}
 	// And from the callee's side.
 	res, ans, err := in.ReInvite(ctxT(t), "sendonly")
 	if err != nil || res.StatusCode != 200 || ans.Direction != "recvonly" {
@@ -463,10 +472,14 @@ func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
 	}
 }
 
+// TestInfoRelayedBothWays: DTMF INFO toward far ends without
+// telephone-event in their SDP is relayed as INFO, both ways.
 func TestInfoRelayedBothWays(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("tcp", "bob", "bob-pw")
+	alice.SetNoTelephoneEvent(true)
+	bob.SetNoTelephoneEvent(true)
 	call, in := answered(t, alice, bob, "102")
 	for _, c := range []struct {
 		from, to *siptest.Call

@@ -3,6 +3,7 @@ package b2bua
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,8 +60,10 @@ type Call struct {
 	// an attended transfer's joined party.
 	transferJobs chan transferJob
 	mediaKept    atomic.Bool
-	onHold       atomic.Bool   // the last re-INVITE relayed put the call on hold
 	done         chan struct{} // closed when the call has ended
+
+	callerTimer sessionTimer // the caller side's session timer (RFC 4028)
+	dtmfOut     sync.Mutex   // one generated DTMF event at a time
 
 	ackMu sync.Mutex
 	acks  map[ackKey]chan *sip.Request // 2xx the PBX sent, waiting for their ACK
@@ -94,6 +97,7 @@ func (c *Call) Info() CallInfo {
 
 func (c *Call) snapshotLocked() CallInfo {
 	in := c.info
+	in.Digits = slices.Clone(c.info.Digits)
 	in.Legs = make([]LegInfo, 0, len(c.legs))
 	for _, l := range c.legs {
 		in.Legs = append(in.Legs, l.info)
@@ -182,6 +186,12 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		// an extension the PBX lacks is refused before anything else.
 		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
 		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		return
+	}
+	if res := m.tooSmall(req); res != nil {
+		// RFC 4028 section 9: a session interval below the PBX's minimum
+		// is refused with 422 and Min-SE, before anything else.
+		_ = tx.Respond(res)
 		return
 	}
 	if hasToTag(req) {
@@ -342,6 +352,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.info.Reason = reason
 		c.mu.Unlock()
 		close(c.done)
+		c.stopTimers()
 		if c.session != nil && !c.mediaKept.Load() {
 			_ = c.session.Close()
 		}

@@ -44,9 +44,9 @@
 // with Max-Forwards 1 or less is answered 483.
 //
 // In-dialog requests: BYE ends both sides, re-INVITE is relayed (491 while
-// another is pending), INFO with a body (DTMF relay) is relayed to the other
-// side and its status passed back, in-dialog OPTIONS and UPDATE without SDP
-// are answered 200, UPDATE with SDP 488, and requests for unknown dialogs
+// another is pending), INFO with a body other than DTMF is relayed to the
+// other side and its status passed back, in-dialog OPTIONS and UPDATE without
+// SDP are answered 200, UPDATE with SDP 488, and requests for unknown dialogs
 // 481. A re-INVITE without SDP gets the PBX's offer in the 200 and the
 // answer in the ACK moves that side's media. The 2xx the PBX answers a
 // re-INVITE with is retransmitted (T1 doubling to T2) until its ACK arrives;
@@ -82,6 +82,24 @@
 // An INVITE whose Require names an extension the PBX lacks (100rel, RFC
 // 3262) is answered 420 with Unsupported before authentication. A rejected
 // call ends when its final response is sent, not when the ACK arrives.
+//
+// Session timers (RFC 4028, timer.go): each side negotiates its own
+// interval and refresher; below Options.MinSE an INVITE or UPDATE gets 422
+// with Min-SE. The PBX refreshes the sides where it is refresher at half the
+// interval (UPDATE without SDP when the peer allows it, else a re-INVITE
+// with the SDP unchanged) and ends the call with BYE to both sides, reason
+// ReasonSessionExpired, when a peer that is refresher lets the interval
+// (less min(32 s, a third)) pass without refreshing.
+//
+// DTMF (dtmf.go): a digit reaches each far end in the form it negotiated:
+// RFC 4733 events when its SDP has telephone-event (INFO is converted), SIP
+// INFO application/dtmf-relay otherwise (events are converted, and not
+// relayed there). The caller's digits, either way, are kept in
+// CallInfo.Digits.
+//
+// Failover (failover.go): a leg with LegTarget.Alternates (a trunk's SRV
+// targets) sends its INVITE to the next one after a 503 or after
+// Options.FailoverAfter without any response (RFC 3263 section 4.3).
 //
 // Caveats: ACK and CANCEL
 // are built by sipgo and carry no User-Agent. Requests toward a leg whose

@@ -7,3 +7,6 @@ import "time"
 func SetRetransmitTimers(m *Manager, t1, t2 time.Duration) {
 	m.t1, m.t2 = t1, t2
 }
+
+// ParseDTMFInfo reads the digit and duration of a DTMF INFO body.
+var ParseDTMFInfo = parseDTMFInfo

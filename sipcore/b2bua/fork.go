@@ -157,8 +157,9 @@ func bestFailure(finals []int) (int, string) {
 		}
 	}
 	s := finals[0]
-	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired {
-		// A callee's challenge is not the caller's to answer.
+	if s < 400 || s > 699 || s == sip.StatusUnauthorized || s == sip.StatusProxyAuthRequired || s == statusSmall {
+		// A callee's challenge, or its refusal of the session interval the
+		// PBX asked (RFC 4028), is not the caller's to answer.
 		s = sip.StatusTemporarilyUnavailable
 	}
 	return s, CauseFailed
@@ -182,6 +183,8 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	if err := c.session.Bridge(c.callerLeg, w.media); err != nil {
 		c.log.Warn("bridge", "err", err)
 	}
+	// Digits may follow the answer at once, before the caller's ACK.
+	c.startDTMF(w)
 	answerCodecs := c.codecs
 	dir := sdp.Direction("")
 	if answerSDP != nil && len(answerSDP.Codecs) > 0 {
@@ -213,7 +216,8 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	c.event(EventAnswered, &li)
 	c.log.Info("call answered", "by", w.target.Name)
 
-	if err := c.caller.RespondSDP(body); err != nil {
+	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, c.negotiateCaller(body)...)
+	if err := c.caller.Respond(sip.StatusOK, "OK", body, hdrs...); err != nil {
 		c.mu.Lock()
 		byCaller := c.byeCaller
 		c.mu.Unlock()
@@ -241,6 +245,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	if c.m.opts.MediaTimeout > 0 {
 		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
 	}
+	c.armTimers(w)
 	return true
 }
 
@@ -328,15 +333,27 @@ func (c *Call) markBye(leg *outLeg) {
 	c.requestEnd("bye")
 }
 
+// setHoldState records whether the call is on hold after an offer/answer,
+// suspends the media timeout while it is (a held party sends nothing), and
+// tells the observer when the state changed.
 func (c *Call) setHoldState(hold bool) {
-	c.onHold.Store(hold)
-	if c.m.opts.MediaTimeout <= 0 || c.session == nil {
-		return
+	c.mu.Lock()
+	changed := c.info.Held != hold
+	c.info.Held = hold
+	c.mu.Unlock()
+	if c.m.opts.MediaTimeout > 0 && c.session != nil {
+		if hold {
+			c.session.SetMediaTimeout(0)
+		} else {
+			c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+		}
 	}
-	if hold {
-		c.session.SetMediaTimeout(0)
-	} else {
-		c.session.SetMediaTimeout(c.m.opts.MediaTimeout)
+	if changed {
+		kind := EventResumed
+		if hold {
+			kind = EventHeld
+		}
+		c.event(kind, nil)
 	}
 }
 

@@ -89,6 +89,10 @@ type envOpts struct {
 	identify     b2bua.IdentifyFunc
 	// onAuthSuccess is the manager's OnAuthSuccess hook.
 	onAuthSuccess func(src netip.AddrPort, domain, username string) bool
+	// minSE and sessionExpires are the manager's session timer settings.
+	minSE, sessionExpires time.Duration
+	// failoverAfter is the manager's FailoverAfter.
+	failoverAfter time.Duration
 	// route replaces the default router (extension -> its contacts).
 	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
@@ -149,7 +153,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}}
 	})
 	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify,
-		OnAuthSuccess: o.onAuthSuccess}, testLog(t))
+		OnAuthSuccess: o.onAuthSuccess, MinSE: o.minSE, SessionExpires: o.sessionExpires, FailoverAfter: o.failoverAfter}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,9 +75,10 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	if req.Method == sip.INFO && len(req.Body()) > 0 {
-		// DTMF (application/dtmf-relay) and the like: relay to the other
-		// side and pass its answer back.
-		status := ref.call.relayInfo(req, ref.leg == nil)
+		// DTMF (application/dtmf-relay, application/dtmf) is interworked;
+		// anything else is relayed to the other side, its answer passed
+		// back.
+		status := ref.call.handleInfo(req, ref.leg == nil)
 		respond(tx, req, status, sipcore.Phrase(status))
 		return
 	}
@@ -85,7 +86,17 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
 		return
 	}
+	if req.Method == sip.UPDATE {
+		if res := m.tooSmall(req); res != nil {
+			_ = tx.Respond(res)
+			return
+		}
+	}
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	if req.Method == sip.UPDATE {
+		// A session refresh without SDP (RFC 4028 section 9).
+		ref.call.refreshed(ref.leg, req, res)
+	}
 	if req.Method == sip.OPTIONS {
 		res.AppendHeader(sip.NewHeader("Allow", m.sip.Allow()))
 		res.AppendHeader(sip.NewHeader("Accept", "application/sdp"))
@@ -142,6 +153,7 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		}
 		return
 	}
+	c.refreshed(ref.leg, req, res)
 	ack := c.respond2xx(tx, ref.leg, res)
 	if ack == nil {
 		select {
@@ -269,6 +281,7 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 	if toCaller {
 		uri = c.caller.InviteRequest.Contact().Address
 		req := c.newInDialogInvite(uri, body)
+		c.addRefreshHeaders(nil, req)
 		res, err = c.caller.Do(ctx, req)
 		if err == nil && res.IsSuccess() {
 			ack := sip.NewRequest(sip.ACK, uri)
@@ -286,6 +299,7 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 		if w.target.Destination.IsValid() {
 			req.SetDestination(w.target.Destination.String())
 		}
+		c.addRefreshHeaders(w, req)
 		res, err = d.Do(ctx, req)
 		if err == nil && res.IsSuccess() {
 			ack := sip.NewRequest(sip.ACK, uri)
@@ -306,6 +320,11 @@ func (c *Call) sendReInvite(ctx context.Context, toCaller bool, w *outLeg, body 
 	if !res.IsSuccess() {
 		return res.StatusCode, nil, nil
 	}
+	side := w
+	if toCaller {
+		side = nil
+	}
+	c.refreshAnswered(side, res)
 	ans, perr := sdp.Parse(res.Body())
 	if perr != nil {
 		return res.StatusCode, nil, fmt.Errorf("answer sdp: %w", perr)
@@ -321,30 +340,54 @@ func (c *Call) newInDialogInvite(uri sip.Uri, body []byte) *sip.Request {
 	return req
 }
 
-// relayInfo sends an INFO with req's body to the other side of an answered
-// call and returns the status to answer req with.
-func (c *Call) relayInfo(req *sip.Request, fromCaller bool) int {
+// handleInfo answers an INFO with a body from one side of an answered
+// call: DTMF is interworked (dtmf.go); anything else, and DTMF the other
+// far end takes as INFO only, is relayed to the other side, whose answer
+// is returned.
+func (c *Call) handleInfo(req *sip.Request, fromCaller bool) int {
 	c.mu.Lock()
 	w := c.winner
 	c.mu.Unlock()
 	if w == nil || w.dialog == nil {
 		return sip.StatusOK
 	}
+	if c.infoDTMF(req, fromCaller, w) {
+		return sip.StatusOK
+	}
+	ct, body := "", req.Body()
+	if h := req.ContentType(); h != nil {
+		ct = h.Value()
+		if d, dur, ok := parseDTMFInfo(ct, body); ok {
+			// DTMF goes on in the form most phones take (dtmf-relay).
+			ct, body = ctDTMFRelay, dtmfRelayBody(d, dur)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), reinviteTimeout)
 	defer cancel()
+	status, err := c.sendInfo(ctx, !fromCaller, w, ct, body)
+	if err != nil {
+		c.log.Debug("info not relayed", "err", err)
+		return sip.StatusRequestTimeout
+	}
+	return status
+}
+
+// sendInfo sends an INFO with body of content type ct to the caller
+// (toCaller) or to the winning leg w and returns the final status.
+func (c *Call) sendInfo(ctx context.Context, toCaller bool, w *outLeg, ct string, body []byte) (int, error) {
 	var uri sip.Uri
 	info := func() *sip.Request {
 		r := sip.NewRequest(sip.INFO, uri)
 		c.m.sip.DecorateRequest(r)
-		if ct := req.ContentType(); ct != nil {
-			r.AppendHeader(sip.NewHeader("Content-Type", ct.Value()))
+		if ct != "" {
+			r.AppendHeader(sip.NewHeader("Content-Type", ct))
 		}
-		r.SetBody(req.Body())
+		r.SetBody(body)
 		return r
 	}
 	var res *sip.Response
 	var err error
-	if fromCaller {
+	if !toCaller {
 		d := w.dialog
 		uri = d.InviteRequest.Recipient
 		if ct := d.InviteResponse.Contact(); ct != nil {
@@ -360,8 +403,7 @@ func (c *Call) relayInfo(req *sip.Request, fromCaller bool) int {
 		res, err = c.caller.Do(ctx, info())
 	}
 	if err != nil {
-		c.log.Debug("info not relayed", "err", err)
-		return sip.StatusRequestTimeout
+		return 0, err
 	}
-	return res.StatusCode
+	return res.StatusCode, nil
 }

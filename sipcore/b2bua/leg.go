@@ -60,6 +60,9 @@ type outLeg struct {
 	byeOnce sync.Once
 	round   *dialRound // a transfer's leg; nil: the call's fork
 
+	timer sessionTimer  // this side's session timer, once it won (RFC 4028)
+	minSE time.Duration // the callee's Min-SE from a 422; 0 before
+
 	info LegInfo // guarded by call.mu
 }
 
@@ -190,6 +193,9 @@ func (l *outLeg) buildInvite(target *Target) *sip.Request {
 	req.AppendHeader(&mf)
 	c.m.sip.DecorateRequest(req)
 	req.AppendHeader(sip.NewHeader("Allow", c.m.sip.Allow()))
+	for _, h := range l.timerHeaders() {
+		req.AppendHeader(h)
+	}
 	for _, h := range lt.Headers {
 		req.AppendHeader(h)
 	}
@@ -225,57 +231,39 @@ func (l *outLeg) run() {
 		target = l.round.target
 	}
 	c.mu.Unlock()
-	req := l.buildInvite(target)
-	l.mu().Lock()
-	l.info.SIPCallID = string(*req.CallID())
-	l.mu().Unlock()
 
-	ctx := l.ctx
 	timer := time.AfterFunc(l.timeout, func() {
 		l.timedOut.Store(true)
 		l.cancel()
 	})
 	defer timer.Stop()
-	// In-dialog requests (ACK, BYE) follow the 2xx's source when the
-	// Contact cannot be reached directly.
-	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact, RewriteContact: l.rewritten()}
-	l.sentAt.Store(time.Now().UnixNano())
-	d, err := dua.WriteInvite(ctx, req)
-	if err != nil {
-		l.log.Warn("invite not sent", "err", err)
-		l.finish(sip.StatusServiceUnavailable, CauseError, true)
-		return
-	}
-	l.dialog = d
-	opts := sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
-		if r.IsProvisional() {
-			l.heard.Store(true)
+	var d *sipgo.DialogClientSession
+	var err error
+	dests := l.destinations()
+	for i := 0; i < len(dests); i++ {
+		dst := dests[i]
+		last := i == len(dests)-1
+		if dst.IsValid() {
+			l.target.Destination = dst
 		}
-		if r.IsProvisional() && r.StatusCode > 100 {
-			var desc *sdp.Description
-			// Early media (RFC 3960): a 183 or a 180 with SDP carries the
-			// callee's (or carrier's) ringback, bridged the same way.
-			if len(r.Body()) > 0 {
-				if p, err := sdp.Parse(r.Body()); err == nil {
-					desc = p
-					l.media.ApplySDP(p)
-				}
+		var silent bool
+		d, silent, err = l.invite(target, last)
+		if d == nil {
+			l.log.Warn("invite not sent", "err", err)
+			if !last && l.ctx.Err() == nil {
+				continue
 			}
-			l.send(legEvent{kind: legProgress, status: r.StatusCode, sdp: desc})
+			l.finish(sip.StatusServiceUnavailable, CauseError, true)
+			return
 		}
-		return nil
-	}}
-	if a := l.target.Auth; a != nil {
-		opts.Username, opts.Password = a.Username, a.Password
-	}
-	for {
-		err = d.WaitAnswer(ctx, opts)
-		// sipgo gives up after ten responses; a bridge sending 180 every
-		// second is normal, so keep waiting.
-		if err != nil && err.Error() == "more than 10 responses received" {
+		if l.retrySessionInterval(err) {
+			i-- // the same destination, with a longer session interval
 			continue
 		}
-		break
+		if last || !l.failover(d, silent, err) {
+			break
+		}
+		l.log.Info("target failed, trying the next", "destination", dst.String(), "next", dests[i+1].String(), "err", err)
 	}
 	var dr *sipgo.ErrDialogResponse
 	switch {
@@ -351,6 +339,7 @@ func (l *outLeg) answered(d *sipgo.DialogClientSession) {
 		l.log.Warn("ack", "err", err)
 	}
 	c.m.addDialog(d.ID, dialogRef{call: c, leg: l})
+	l.negotiateLeg(d.InviteRequest, d.InviteResponse)
 	l.mu().Lock()
 	l.info.Answer = time.Now()
 	l.info.SIPStatus = sip.StatusOK

@@ -131,6 +131,29 @@ func (p party) readBye(req *sip.Request, tx sip.ServerTransaction) {
 	}
 }
 
+// held reports whether the call's media is on hold (the last offer or
+// answer relayed said so).
+func (c *Call) held() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info.Held
+}
+
+// stopTimer stops the party's session timer (RFC 4028): it left, or its
+// call ended.
+func (p party) stopTimer() {
+	if !p.valid() {
+		return
+	}
+	st := p.c.timerOf(p.leg)
+	st.mu.Lock()
+	if st.t != nil {
+		st.t.Stop()
+	}
+	st.interval = 0
+	st.mu.Unlock()
+}
+
 // markEnded sets the end of the party's leg on the record, unless set.
 func (p party) markEnded() {
 	if p.leg == nil {

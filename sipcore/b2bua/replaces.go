@@ -64,7 +64,7 @@ func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 	c.event(EventCreated, nil)
 
 	x := &transfer{owner: c, kind: TransferAttended, a: party{c: c}, b: peer, transferor: party{c: c}, other: x0, codecs: codecs, done: make(chan struct{})}
-	if x0.onHold.Load() {
+	if x0.held() {
 		x.held = peer
 	}
 	c.m.addDialog(peer.dialogID(), dialogRef{call: c, leg: peer.leg, xfer: x, side: 1})

@@ -293,8 +293,13 @@ func (c *Call) runTransfer(job transferJob) bool {
 		return false
 	}
 	// The joined parties' requests (a BYE right after the NOTIFY) are the
-	// transfer's from now on.
+	// transfer's from now on; the transferor's session timer stops, the
+	// new leg's starts.
 	x.register()
+	x.transferor.stopTimer()
+	if x.b.c == c && x.b.leg != nil {
+		c.armTimer(x.b.leg)
+	}
 	c.transferEvent(x, job, status)
 	job.notify(sip.StatusOK, true)
 	var wg sync.WaitGroup
@@ -337,7 +342,7 @@ func (c *Call) blind(x *transfer, job transferJob) int {
 	}
 	x.b = party{c: c, leg: n}
 	x.codecs = c.negotiated()
-	if c.onHold.Load() {
+	if c.held() {
 		x.held = x.a
 	}
 	c.mu.Lock()
@@ -368,7 +373,7 @@ func (c *Call) attend(x *transfer, job transferJob) int {
 		x.b = party{c: o}
 	}
 	x.codecs = c.negotiated()
-	if c.onHold.Load() {
+	if c.held() {
 		x.held = x.a
 	}
 	// C's requests reach this transfer from now on.
@@ -388,11 +393,26 @@ func (c *Call) attend(x *transfer, job transferJob) int {
 // handOff ends this call for an attended transfer: its transferor side
 // gets BYE, its record ends ("transferred") and its media stays open for
 // the joined party until the transfer's call ends.
+//
+// The call's record ends now, but the call itself only once the joined
+// call ended: the joined party's session timer (RFC 4028) still runs
+// here, and its expiry ends the joined call.
 func (c *Call) handOff(job transferJob) bool {
 	c.mediaKept.Store(true)
+	at := time.Now()
+	job.handoff.stopTimer()
 	job.handoff.hangup()
-	c.finish(CauseAnswered, sip.StatusOK, "transferred")
-	<-job.x.done
+	for done := false; !done; {
+		select {
+		case <-job.x.done:
+			done = true
+		case why := <-c.endCh:
+			if why != "bye" { // not the handed-off phone's own BYE
+				job.x.owner.requestEnd(why)
+			}
+		}
+	}
+	c.finishAt(at, CauseAnswered, sip.StatusOK, "transferred")
 	if c.session != nil {
 		_ = c.session.Close()
 	}

@@ -153,6 +153,7 @@ func (c *Call) runJoined(x *transfer) string {
 	wg.Wait()
 	for _, p := range []party{x.a, x.b, x.transferor} {
 		p.markEnded()
+		p.stopTimer()
 	}
 	return reason
 }
@@ -208,6 +209,20 @@ func (m *Manager) transferRequest(ref dialogRef, req *sip.Request, tx sip.Server
 		from.readBye(req, tx)
 	case sip.INVITE:
 		x.relayReInvite(from, to, req, tx)
+	case sip.UPDATE:
+		// A session refresh (RFC 4028 section 9); an offer in UPDATE is
+		// not taken, as on any call.
+		if len(req.Body()) > 0 {
+			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+			return true
+		}
+		if res := m.tooSmall(req); res != nil {
+			_ = tx.Respond(res)
+			return true
+		}
+		res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+		from.c.refreshed(from.leg, req, res)
+		_ = tx.Respond(res)
 	case sip.INFO:
 		if len(req.Body()) == 0 {
 			respond(tx, req, sip.StatusOK, "OK")
@@ -247,7 +262,9 @@ func (x *transfer) relayReInvite(from, to party, req *sip.Request, tx sip.Server
 	defer x.reinvite.Unlock()
 	ep := from.endpoint()
 	if len(req.Body()) == 0 {
-		_ = tx.Respond(sdpResponse(req, from.origin().Offer(from.c.mediaAddr, from.media().Port(), x.codecs, ""), ep.Contact))
+		res := sdpResponse(req, from.origin().Offer(from.c.mediaAddr, from.media().Port(), x.codecs, ""), ep.Contact)
+		from.c.refreshed(from.leg, req, res)
+		_ = tx.Respond(res)
 		return
 	}
 	offer, err := sdp.Parse(req.Body())
@@ -285,5 +302,7 @@ func (x *transfer) relayReInvite(from, to party, req *sip.Request, tx sip.Server
 		plain(sip.StatusNotAcceptableHere)
 		return
 	}
-	_ = tx.Respond(sdpResponse(req, body, ep.Contact))
+	res := sdpResponse(req, body, ep.Contact)
+	from.c.refreshed(from.leg, req, res) // a re-INVITE refreshes the session (RFC 4028)
+	_ = tx.Respond(res)
 }

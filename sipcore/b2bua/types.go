@@ -37,6 +37,18 @@ const (
 	CauseError     = "error"
 )
 
+// Reasons of a call the PBX ended itself, for the call record's reason
+// field. The cause stays within the specification's list (an answered
+// call ended this way is still answered), as with the minutes-budget cut.
+const (
+	// ReasonSessionExpired: the peer that should refresh a side's session
+	// timer did not before the interval ended (RFC 4028 section 10).
+	ReasonSessionExpired = "session timer expired"
+	// ReasonSessionRefreshFailed: the PBX's own refresh timed out or got
+	// 408 or 481 (RFC 4028 section 10).
+	ReasonSessionRefreshFailed = "session refresh failed"
+)
+
 // Directions of a call.
 const (
 	DirectionInbound  = "inbound"
@@ -128,6 +140,10 @@ type LegTarget struct {
 	Transport   string         // "udp" or "tcp"
 	ListenerID  string         // leave through this listener; empty: by Local or transport
 	Local       netip.AddrPort // listener that received the registration, if known
+	// Alternates are further places the INVITE may go, tried in order
+	// when the one before gets no answer or 503 (a trunk's SRV targets,
+	// RFC 3263 section 4.3). Used only with a Destination.
+	Alternates []netip.AddrPort
 
 	Kind      string // KindEndpoint, KindTrunk, KindMobile
 	Name      string // target as shown on the call record ("101", a trunk name)
@@ -222,7 +238,11 @@ type CallInfo struct {
 	SIPStatus  int       `json:"sip_status,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	AnsweredBy string    `json:"answered_by,omitempty"`
+	Held       bool      `json:"held,omitempty"` // on hold (a sendonly or inactive offer or answer)
 	Legs       []LegInfo `json:"legs"`
+	// Digits are the DTMF digits the caller sent once answered, as RFC
+	// 4733 events or SIP INFO (the call record's digits).
+	Digits []Digit `json:"-"`
 }
 
 // EventKind names a call event.
@@ -234,6 +254,8 @@ const (
 	EventRinging  EventKind = "ringing"
 	EventAnswered EventKind = "answered"
 	EventLegEnded EventKind = "leg_ended"
+	EventHeld     EventKind = "held"    // a party put the call on hold
+	EventResumed  EventKind = "resumed" // the hold ended
 	EventEnded    EventKind = "ended"
 )
 

@@ -27,9 +27,12 @@ type Call struct {
 	ended     chan struct{}
 	done      chan struct{} // outgoing: final response known
 	reinvites chan *SDP
-	infos     chan []byte
-	notifies  chan string       // sipfrag bodies of NOTIFYs (refer.go)
-	acks      chan *sip.Request // ACKs received for the call's dialog
+	// reinviteReqs are the re-INVITE requests themselves.
+	reinviteReqs chan *sip.Request
+	updates      chan *sip.Request // UPDATE requests received
+	infos        chan []byte
+	notifies     chan string       // sipfrag bodies of NOTIFYs (refer.go)
+	acks         chan *sip.Request // ACKs received for the call's dialog
 
 	// lastReInvite is the transaction and 2xx of the latest re-INVITE the
 	// phone answered, for RepeatReInviteAnswer.
@@ -52,8 +55,8 @@ type lateOffer struct {
 
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
-		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8), notifies: make(chan string, 8),
-		acks: make(chan *sip.Request, 16)}
+		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
+		acks: make(chan *sip.Request, 16), reinviteReqs: make(chan *sip.Request, 8), updates: make(chan *sip.Request, 8), notifies: make(chan string, 8)}
 }
 
 func (c *Call) dial(ctx context.Context) {
@@ -201,6 +204,33 @@ func (c *Call) Done() <-chan struct{} { return c.done }
 
 // ReInvites delivers the SDP offers of re-INVITEs the phone received.
 func (c *Call) ReInvites() <-chan *SDP { return c.reinvites }
+
+// ReInviteRequests delivers the re-INVITE requests the phone received
+// (their headers: Session-Expires, for instance).
+func (c *Call) ReInviteRequests() <-chan *sip.Request { return c.reinviteReqs }
+
+// Forget makes the phone lose the call's dialog, as a rebooted phone does:
+// requests inside it get 481 from then on.
+func (c *Call) Forget() {
+	c.p.mu.Lock()
+	defer c.p.mu.Unlock()
+	for id, x := range c.p.calls {
+		if x == c {
+			delete(c.p.calls, id)
+		}
+	}
+}
+
+// Updates delivers the UPDATE requests the phone received.
+func (c *Call) Updates() <-chan *sip.Request { return c.updates }
+
+// Response is the 2xx that answered an outgoing call (nil before).
+func (c *Call) Response() *sip.Response {
+	if c.dc == nil {
+		return nil
+	}
+	return c.dc.InviteResponse
+}
 
 // Infos delivers the bodies of INFO requests the phone received.
 func (c *Call) Infos() <-chan []byte { return c.infos }

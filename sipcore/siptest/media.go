@@ -103,6 +103,35 @@ func (m *Media) SendPT(pt uint8, payload []byte) (uint16, error) {
 	return p.SequenceNumber, err
 }
 
+// SendEvent sends the packets of one RFC 4733 event: payloads share one
+// timestamp, the first carries the marker bit.
+func (m *Media) SendEvent(pt uint8, payloads ...[]byte) error {
+	m.mu.Lock()
+	m.ts += 160
+	ts, remote := m.ts, m.remote
+	var pkts [][]byte
+	for i, pl := range payloads {
+		m.seq++
+		p := rtp.Packet{Header: rtp.Header{Version: 2, Marker: i == 0, PayloadType: pt, SequenceNumber: m.seq, Timestamp: ts, SSRC: m.ssrc}, Payload: pl}
+		b, err := p.Marshal()
+		if err != nil {
+			m.mu.Unlock()
+			return err
+		}
+		pkts = append(pkts, b)
+	}
+	m.mu.Unlock()
+	if !remote.IsValid() {
+		return fmt.Errorf("no remote rtp address")
+	}
+	for _, b := range pkts {
+		if _, err := m.conn.WriteToUDPAddrPort(b, remote); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Received returns a copy of the packets received so far.
 func (m *Media) Received() []rtp.Packet {
 	m.mu.Lock()

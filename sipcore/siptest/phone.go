@@ -43,6 +43,9 @@ type Behaviour struct {
 	// EarlyStatus is the provisional status carrying early media: 183
 	// (default) or 180, as carriers playing ringback send.
 	EarlyStatus int
+	// AnswerHeaders are added to the final answer to the INVITE (a
+	// Session-Expires on the 200, a Min-SE on a 422, for instance).
+	AnswerHeaders []sip.Header
 }
 
 // Options configures a Phone.
@@ -57,7 +60,10 @@ type Options struct {
 	// TelephoneEvent is the RFC 4733 payload type the phone offers and
 	// answers with; zero means 101.
 	TelephoneEvent uint8
-	Log            *slog.Logger
+	// NoTelephoneEvent leaves telephone-event out of offers and answers
+	// (a phone that sends DTMF as SIP INFO only).
+	NoTelephoneEvent bool
+	Log              *slog.Logger
 }
 
 // Phone is a SIP user agent on a loopback socket.
@@ -148,6 +154,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnAck(p.onAck)
 	p.srv.OnBye(p.onBye)
 	p.srv.OnInfo(p.onInfo)
+	p.srv.OnUpdate(p.onUpdate)
 	p.srv.OnNotify(p.onNotify)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
 		p.options.Add(1)
@@ -207,9 +214,21 @@ func (p *Phone) SetTelephoneEvent(pt uint8) {
 	p.mu.Unlock()
 }
 
+// SetNoTelephoneEvent leaves telephone-event out of later offers and
+// answers (on) or puts it back.
+func (p *Phone) SetNoTelephoneEvent(on bool) {
+	p.mu.Lock()
+	p.opts.NoTelephoneEvent = on
+	p.mu.Unlock()
+}
+
+// te is the telephone-event payload type to offer; 0 means none.
 func (p *Phone) te() uint8 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.opts.NoTelephoneEvent {
+		return 0
+	}
 	if p.opts.TelephoneEvent == 0 {
 		return 101
 	}
@@ -412,6 +431,25 @@ func (p *Phone) onInfo(req *sip.Request, tx sip.ServerTransaction) {
 	_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
 }
 
+// onUpdate answers an UPDATE without SDP (a session refresh) with 200 and
+// the request's Session-Expires.
+func (p *Phone) onUpdate(req *sip.Request, tx sip.ServerTransaction) {
+	c := p.findCall(req)
+	if c == nil {
+		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
+		return
+	}
+	select {
+	case c.updates <- req:
+	default:
+	}
+	res := sip.NewResponseFromRequest(req, 200, "OK", nil)
+	if se := req.GetHeader("Session-Expires"); se != nil {
+		res.AppendHeader(sip.NewHeader("Session-Expires", se.Value()))
+	}
+	_ = tx.Respond(res)
+}
+
 func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 	if to := req.To(); to != nil && to.Params.Has("tag") {
 		p.onReInvite(req, tx)
@@ -485,7 +523,7 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 			status = 486
 		}
 		c.setFinal(status)
-		_ = ds.Respond(status, "Rejected", nil)
+		_ = ds.Respond(status, "Rejected", nil, b.AnswerHeaders...)
 		return
 	}
 	if !wait(b.Delay) {
@@ -508,7 +546,8 @@ func (p *Phone) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		media.setRemote(offer.Addr)
 	}
 	c.setFinal(200)
-	if err := ds.RespondSDP(BuildSDPEvent(media.Port(), common, "sendrecv", p.te())); err != nil {
+	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, b.AnswerHeaders...)
+	if err := ds.Respond(200, "OK", BuildSDPEvent(media.Port(), common, "sendrecv", p.te()), hdrs...); err != nil {
 		p.log.Debug("answer", "err", err)
 		return
 	}
@@ -533,6 +572,10 @@ func (p *Phone) onReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	select {
 	case c.reinvites <- offer:
+	default:
+	}
+	select {
+	case c.reinviteReqs <- req:
 	default:
 	}
 	port := 0

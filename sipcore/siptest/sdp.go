@@ -67,7 +67,8 @@ func BuildSDP(port int, codecs []uint8, direction string) []byte {
 	return BuildSDPEvent(port, codecs, direction, 101)
 }
 
-// BuildSDPEvent is BuildSDP with telephone-event on payload type te.
+// BuildSDPEvent is BuildSDP with telephone-event on payload type te; te 0
+// leaves telephone-event out.
 func BuildSDPEvent(port int, codecs []uint8, direction string, te uint8) []byte {
 	var b bytes.Buffer
 	b.WriteString("v=0\r\no=siptest 1 1 IN IP4 127.0.0.1\r\ns=siptest\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n")
@@ -75,13 +76,19 @@ func BuildSDPEvent(port int, codecs []uint8, direction string, te uint8) []byte 
 	for _, c := range codecs {
 		fmt.Fprintf(&b, " %d", c)
 	}
-	fmt.Fprintf(&b, " %d\r\n", te)
+	if te != 0 {
+		fmt.Fprintf(&b, " %d", te)
+	}
+	b.WriteString("\r\n")
 	for _, c := range codecs {
 		if n, ok := codecNames[c]; ok {
 			fmt.Fprintf(&b, "a=rtpmap:%d %s/8000\r\n", c, n)
 		}
 	}
-	fmt.Fprintf(&b, "a=rtpmap:%d telephone-event/8000\r\na=fmtp:%d 0-16\r\na=ptime:20\r\n", te, te)
+	if te != 0 {
+		fmt.Fprintf(&b, "a=rtpmap:%d telephone-event/8000\r\na=fmtp:%d 0-16\r\n", te, te)
+	}
+	b.WriteString("a=ptime:20\r\n")
 	if direction == "" {
 		direction = "sendrecv"
 	}

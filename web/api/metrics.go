@@ -23,11 +23,38 @@ type MediaTotals struct {
 	PacketsLost uint64
 	Strays      uint64
 	Jitter      Histogram // of closed legs that received audio
+	// Ports of the RTP range: handed out, resting after release, free; and
+	// allocations refused because none could be bound.
+	PortsInUse, PortsResting, PortsFree int
+	PortsExhausted                      uint64
 }
 
 // MediaSource reads the media relay's counters.
 type MediaSource interface {
 	Media(ctx context.Context) (MediaTotals, error)
+}
+
+// SIPStats are the SIP stack's transport counters: what it refused and
+// dropped before a handler saw it, and its connections.
+type SIPStats struct {
+	OpenTransactions int
+	UDPSources       int // per-source entries kept for UDP (bounded)
+	// Refused counts requests answered with an error by reason
+	// (over_cap: 503, version: 505, too_large: 513); Dropped counts what was
+	// not answered (bad_version, too_large, malformed, queue_full).
+	Refused, Dropped map[string]uint64
+	TCPOpen          int
+	TCPAccepted      uint64
+	TCPAcceptErrors  uint64
+	// TCPRefused counts connections closed on accept (total, per_source);
+	// TCPClosed those closed later (idle, incomplete, oversize, malformed,
+	// throttled).
+	TCPRefused, TCPClosed map[string]uint64
+}
+
+// SIPSource reads the SIP stack's counters.
+type SIPSource interface {
+	SIP(ctx context.Context) (SIPStats, error)
 }
 
 // CallLogStats are the call record writer's counters.

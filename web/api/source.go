@@ -73,5 +73,6 @@ type Backends struct {
 	CallLog       CallLog
 	Events        EventSource
 	Media         MediaSource
+	SIP           SIPSource
 	CallLogStats  CallLogStatsSource
 }

@@ -109,6 +109,8 @@ type Call struct {
 	StartedAt  time.Time  `json:"started_at"`
 	AnsweredAt *time.Time `json:"answered_at"`
 	Legs       []CallLeg  `json:"legs"`
+	// Held is true while a party has the call on hold.
+	Held bool `json:"held"`
 	// Cause is set once the call ended (on the event stream's call.ended).
 	Cause string `json:"cause,omitempty"`
 }

@@ -102,7 +102,8 @@ function render() {
     cell(tr, c.direction);
     cell(tr, c.from);
     cell(tr, c.to);
-    cell(tr, c.state, 'state-' + c.state);
+    const st = c.held ? 'held' : c.state;
+    cell(tr, st, 'state-' + st);
     cell(tr, duration(c.answered_at || c.started_at), 'duration').dataset.since = c.answered_at || c.started_at;
     cell(tr, (c.legs || []).map((l) => l.target + ' (' + l.state + ')').join(', '));
     const td = cell(tr, '');

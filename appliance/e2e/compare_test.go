@@ -1,0 +1,574 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkCompareKamailio runs the same SIPp ladders against Kamailio with
+// rtpengine (Debian's packages, configured from packaging/bench as a
+// registrar with digest from an in-memory table, a stateful proxy and a
+// userspace media relay) and against bin/pbx with call records off, one
+// after the other in one run, and prints one table of both with their ratio.
+// `make bench-compare` installs the reference and runs it; a full run lasts
+// about 15 to 25 minutes. Each phase starts each system afresh on loopback:
+//
+//   - REGISTER with digest: a ladder of rates, each offered for a step by
+//     PBX_COMPARE_REG_SIPP SIPp processes cycling through the accounts; then
+//     the server's CPU per REGISTER at one fixed rate.
+//   - INVITE with 407 digest, calls of PBX_COMPARE_CALL_LENGTH: a ladder.
+//   - calls from a carrier trusted by address (no digest) to a DID: a ladder.
+//   - PBX_COMPARE_CALLS calls held with RTP both ways (the callee echoes):
+//     memory per held call and the relay's CPU per relayed packet.
+//
+// A ladder stops at the first rate not sustained: 1% or more failed, or
+// under 95% of the offered rate completed. A step is clean when it is
+// sustained, its p99 is at most 50 ms and SIPp retransmitted nothing; the
+// table shows the highest clean step.
+//
+// Knobs (environment), defaults for the full run:
+//
+//	PBX_COMPARE_ACCOUNTS          accounts besides alice..dave          2000
+//	PBX_COMPARE_STEP              length of a ladder step               10s
+//	PBX_COMPARE_REG_RATES         REGISTER ladder, per second           2000,4000,...,16000
+//	PBX_COMPARE_REG_SIPP          SIPp processes for REGISTER           2
+//	PBX_COMPARE_REG_CPU_RATE      fixed rate for CPU per REGISTER       10000
+//	PBX_COMPARE_CPS_RATES         INVITE ladder, calls per second       250,500,750,1000,1500,2000,2500,3000
+//	PBX_COMPARE_TRUNK_RATES       trunk ladder, calls per second        as PBX_COMPARE_CPS_RATES
+//	PBX_COMPARE_CALL_LENGTH       length of a ladder's calls            1s
+//	PBX_COMPARE_PAUSE             rest between call steps               6s
+//	PBX_COMPARE_CALLS             calls held with RTP                   1000
+//	PBX_COMPARE_KAMAILIO_CHILDREN Kamailio's UDP workers                8
+//	PBX_COMPARE_KAMAILIO_SHM_MB   Kamailio's shared memory              512
+//	PBX_COMPARE_OUT               also write the table to this file
+//
+// The pause lets a step's calls end and the PBX's RTP ports leave their
+// rest period (5s) before the next. CPU is user plus system time from
+// /proc/<pid>/stat of every process of the server (Kamailio's workers, timers
+// and main; the pbx); memory is the proportional set size (smaps_rollup) of
+// every process of the system, rtpengine included.
+func BenchmarkCompareKamailio(b *testing.B) {
+	requireSIPp(b)
+	bins := requireKamailio(b)
+	cfg := loadCompareConfig()
+	docs, users := benchAccounts(cfg.accounts)
+	accounts := compareAccounts(users)
+	sides := []struct {
+		name  string
+		start func(media bool) *sut
+	}{
+		{"kamailio", func(media bool) *sut { return startKamailio(b, bins, accounts, media) }},
+		{"pbx", func(media bool) *sut { return startComparePBX(b, docs, media) }},
+	}
+	res := map[string]*compareResult{}
+	for _, s := range sides {
+		res[s.name] = &compareResult{}
+	}
+	started := time.Now()
+	b.ResetTimer()
+	phase := func(name string, media bool, run func(s *sut, r *compareResult)) {
+		for _, side := range sides {
+			compareLogf("%s: %s (%s since the start)", side.name, name, time.Since(started).Round(time.Second))
+			s := side.start(media)
+			run(s, res[side.name])
+			s.stop()
+		}
+	}
+	phase("REGISTER ladder", false, func(s *sut, r *compareResult) {
+		r.register = compareRegisterLadder(b, s, cfg, users)
+		r.regMemKB = pssKB(b, s.memPIDs)
+		r.regCPU, r.regCPUStep = compareRegisterCPU(b, s, cfg, users)
+	})
+	phase("INVITE + 407 ladder", true, func(s *sut, r *compareResult) {
+		r.invite = compareCallLadder(b, s, cfg, cfg.cpsRates, false)
+	})
+	phase("trusted trunk ladder", true, func(s *sut, r *compareResult) {
+		r.trunk = compareCallLadder(b, s, cfg, cfg.trunkRates, true)
+	})
+	phase(fmt.Sprintf("%d held calls with RTP", cfg.calls), true, func(s *sut, r *compareResult) {
+		r.held = compareHeldCalls(b, s, cfg)
+	})
+	b.StopTimer()
+	table := compareTable(cfg, res["kamailio"], res["pbx"], time.Since(started))
+	fmt.Print(table)
+	if path := os.Getenv("PBX_COMPARE_OUT"); path != "" {
+		if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+			b.Error(err)
+		}
+	}
+	k, p := res["kamailio"], res["pbx"]
+	b.ReportMetric(ratio(rateOf(p.register.best()), rateOf(k.register.best())), "register_pbx/kam")
+	b.ReportMetric(ratio(rateOf(p.invite.best()), rateOf(k.invite.best())), "invite_pbx/kam")
+	b.ReportMetric(ratio(rateOf(p.trunk.best()), rateOf(k.trunk.best())), "trunk_pbx/kam")
+	b.ReportMetric(ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), "rtp_cpu_pbx/kam")
+	b.ReportMetric(ratio(p.held.kBPerCall, k.held.kBPerCall), "mem_per_call_pbx/kam")
+}
+
+// compareConfig is the run's size, from the environment.
+type compareConfig struct {
+	accounts, regSIPp, regCPURate, calls int
+	step, callLength, pause              time.Duration
+	regRates, cpsRates, trunkRates       []int
+}
+
+func loadCompareConfig() compareConfig {
+	cps := benchEnvInts("PBX_COMPARE_CPS_RATES", []int{250, 500, 750, 1000, 1500, 2000, 2500, 3000})
+	return compareConfig{
+		accounts:   benchEnvInt("PBX_COMPARE_ACCOUNTS", 2000),
+		regSIPp:    benchEnvInt("PBX_COMPARE_REG_SIPP", 2),
+		regCPURate: benchEnvInt("PBX_COMPARE_REG_CPU_RATE", 10000),
+		calls:      benchEnvInt("PBX_COMPARE_CALLS", 1000),
+		step:       benchEnvDuration("PBX_COMPARE_STEP", 10*time.Second),
+		callLength: benchEnvDuration("PBX_COMPARE_CALL_LENGTH", time.Second),
+		pause:      benchEnvDuration("PBX_COMPARE_PAUSE", 6*time.Second),
+		regRates:   benchEnvInts("PBX_COMPARE_REG_RATES", []int{2000, 4000, 6000, 8000, 10000, 12000, 14000, 16000}),
+		cpsRates:   cps,
+		trunkRates: benchEnvInts("PBX_COMPARE_TRUNK_RATES", cps),
+	}
+}
+
+// compareLogf prints progress at once (a benchmark's own log shows only at its end).
+func compareLogf(format string, args ...any) {
+	fmt.Printf("compare: "+format+"\n", args...)
+}
+
+// compareResult is what one system showed in the run.
+type compareResult struct {
+	register, invite, trunk ladder
+	regMemKB                int64         // memory right after the REGISTER ladder
+	regCPU                  time.Duration // per REGISTER at the fixed rate
+	regCPUStep              compareStep
+	held                    heldCalls
+}
+
+// compareStep is one rung of a ladder as SIPp saw it.
+type compareStep struct {
+	rate      int
+	stats     sippStats
+	done      float64 // completed per second
+	sustained bool
+	clean     bool
+	// What the system under test (every process) and the SIPps used, in
+	// percent of one core over the step.
+	cpu, sippCPU float64
+}
+
+// judgeStep applies the pass rule to offered scenarios at rate, SIPp's
+// statistics s over window.
+func judgeStep(rate, offered int, s sippStats, window time.Duration) compareStep {
+	st := compareStep{rate: rate, stats: s, done: float64(s.OK) / window.Seconds()}
+	fail := percent(float64(s.Failed), float64(s.Created))
+	st.sustained = s.Created == offered && fail < 1 && st.done >= 0.95*float64(rate)
+	st.clean = st.sustained && s.SetupP99 > 0 && s.SetupP99 <= 50*time.Millisecond && s.Retrans == 0
+	return st
+}
+
+func (s compareStep) String() string {
+	return fmt.Sprintf("offered %d/s: %d, %d ok, %d failed (%.2f%%), %d retransmissions, %.0f/s completed; p99 %s; cpu %.0f%%, sipp %.0f%%; sustained %t, clean %t",
+		s.rate, s.stats.Created, s.stats.OK, s.stats.Failed, percent(float64(s.stats.Failed), float64(s.stats.Created)),
+		s.stats.Retrans, s.done, bucketString(s.stats.SetupP99), s.cpu, s.sippCPU, s.sustained, s.clean)
+}
+
+// ladder is the steps a ladder ran, the last one the first not sustained
+// unless every rate was.
+type ladder struct {
+	steps []compareStep
+	rates []int
+}
+
+// best is the highest sustained step.
+func (l ladder) best() (compareStep, bool) {
+	var best compareStep
+	ok := false
+	for _, s := range l.steps {
+		if s.sustained {
+			best, ok = s, true
+		}
+	}
+	return best, ok
+}
+
+// lastClean is the highest clean step (a lower one that was not, when
+// the machine hiccuped, does not hide it).
+func (l ladder) lastClean() (compareStep, bool) {
+	var last compareStep
+	ok := false
+	for _, s := range l.steps {
+		if s.clean {
+			last, ok = s, true
+		}
+	}
+	return last, ok
+}
+
+// topped tells whether every offered rate was sustained: the system may do more.
+func (l ladder) topped() bool {
+	return len(l.steps) == len(l.rates) && len(l.steps) > 0 && l.steps[len(l.steps)-1].sustained
+}
+
+// runLadder runs step at each rate, pause apart, up to the first not sustained.
+func runLadder(name string, rates []int, pause time.Duration, step func(rate int) compareStep) ladder {
+	l := ladder{rates: rates}
+	for i, rate := range rates {
+		if i > 0 {
+			time.Sleep(pause)
+		}
+		s := step(rate)
+		compareLogf("  %s %s", name, s)
+		l.steps = append(l.steps, s)
+		if !s.sustained {
+			break
+		}
+	}
+	return l
+}
+
+// compareRegisterLadder offers REGISTERs with digest at each rate.
+func compareRegisterLadder(b *testing.B, s *sut, cfg compareConfig, users []string) ladder {
+	dir, ports := registerLoadDir(b, cfg, users)
+	return runLadder(s.name+" REGISTER", cfg.regRates, time.Second, func(rate int) compareStep {
+		st, _ := registerStep(b, s, dir, ports, rate, cfg.step)
+		return st
+	})
+}
+
+// compareRegisterCPU offers REGISTERs at the fixed rate for a step and
+// returns the server's CPU per completed REGISTER.
+func compareRegisterCPU(b *testing.B, s *sut, cfg compareConfig, users []string) (time.Duration, compareStep) {
+	dir, ports := registerLoadDir(b, cfg, users)
+	time.Sleep(time.Second)
+	st, cpu := registerStep(b, s, dir, ports, cfg.regCPURate, cfg.step)
+	compareLogf("  %s REGISTER at a fixed rate: %s; server cpu %s", s.name, st, cpu.Round(time.Millisecond))
+	if st.stats.OK == 0 {
+		return 0, st
+	}
+	return cpu / time.Duration(st.stats.OK), st
+}
+
+// registerLoadDir writes one injection file per REGISTER SIPp, each with
+// its share of the accounts, and picks their ports.
+func registerLoadDir(b *testing.B, cfg compareConfig, users []string) (string, []int) {
+	csv := map[string]string{}
+	for i := range cfg.regSIPp {
+		csv[fmt.Sprintf("reg%d.csv", i)] = credentials(users[i*len(users)/cfg.regSIPp : (i+1)*len(users)/cfg.regSIPp]...)
+	}
+	dir := scenarioDir(b, csv)
+	ports := make([]int, cfg.regSIPp)
+	for i := range ports {
+		ports[i] = freePort(b)
+	}
+	return dir, ports
+}
+
+// registerStep offers rate REGISTERs per second for step from one SIPp per
+// port and returns the judged step and the server's CPU. The p99 is the
+// larger of the SIPps' (they share the load evenly).
+func registerStep(b *testing.B, s *sut, dir string, ports []int, rate int, step time.Duration) (compareStep, time.Duration) {
+	procs := len(ports)
+	n := rate * int(step/time.Second) / procs
+	cpu0, t0 := cpuOf(b, s.sipPIDs), time.Now()
+	runs := make([]*sippRun, procs)
+	for i := range procs {
+		runs[i] = startSIPpLoad(b, dir, fmt.Sprintf("%s-reg%d-%d-%d", s.name, rate, i, time.Now().UnixNano()), step+2*time.Minute,
+			s.addr, "-sf", "bench_register.xml", "-inf", fmt.Sprintf("reg%d.csv", i),
+			"-r", strconv.Itoa(rate/procs), "-rp", "1000", "-m", strconv.Itoa(n), "-l", "5000",
+			"-recv_timeout", "10000", "-p", strconv.Itoa(ports[i]), "-i", "127.0.0.1", "-t", "u1")
+	}
+	var sum sippStats
+	var sippCPU time.Duration
+	for i, r := range runs {
+		r.wait()
+		st := r.stats(b, dir)
+		sum.Created += st.Created
+		sum.OK += st.OK
+		sum.Failed += st.Failed
+		sum.Retrans += st.Retrans
+		if i == 0 || st.Start.Before(sum.Start) {
+			sum.Start = st.Start
+		}
+		sum.End = maxTime(sum.End, st.End)
+		if st.SetupP99 < 0 || (sum.SetupP99 >= 0 && st.SetupP99 > sum.SetupP99) {
+			sum.SetupP99 = st.SetupP99
+		}
+		sippCPU += r.cpu()
+		if st.Failed > 0 {
+			compareLogf("    %s failures: %s", r.name, sippFailures(filepath.Join(dir, r.name+".errors.log")))
+		}
+	}
+	cpu, elapsed := cpuOf(b, s.sipPIDs)-cpu0, time.Since(t0)
+	st := judgeStep(rate, n*procs, sum, sum.Elapsed())
+	st.cpu, st.sippCPU = percent(cpu.Seconds(), elapsed.Seconds()), percent(sippCPU.Seconds(), elapsed.Seconds())
+	return st, cpu
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// compareCallLadder registers bob from a SIPp UAS that answers, then offers
+// calls of cfg.callLength at each rate: from alice with 407 digest to 101,
+// or with trunk from the trusted carrier address to the DID.
+func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, trunk bool) ladder {
+	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	bobPort := freePort(b)
+	registerAt(b, s.addr, dir, "bob", bobPort)
+	// The UAS outlives the ladder (twice the calls it can be offered) so that
+	// its CPU can be read after every step; the cleanup ends it.
+	maxCalls := 0
+	for _, r := range rates {
+		maxCalls += 2 * r * int(cfg.step/time.Second)
+	}
+	uas := startSIPpLoad(b, dir, "uas", 30*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(maxCalls),
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+	time.Sleep(300 * time.Millisecond) // let the UAS bind before calls reach it
+	ip, port := "127.0.0.1", freePort(b)
+	args := []string{"-sf", "bench_uac_call.xml", "-inf", "alice.csv", "-s", "101", "-auth_uri", "101@" + s.addr}
+	name := s.name + " INVITE"
+	if trunk {
+		ip, args, name = compareTrunkIP, []string{"-sf", "bench_trunk_call.xml", "-s", compareDIDs[0].Number}, s.name+" trunk"
+	}
+	defer func() {
+		// Every call ended: a relay still holding sessions would have done
+		// less work than it was given.
+		compareLogf("  %s: %.0f media sessions left %s after the last step", s.name, s.mediaSessions(), cfg.pause)
+	}()
+	defer time.Sleep(cfg.pause)
+	return runLadder(name, rates, cfg.pause, func(rate int) compareStep {
+		n := rate * int(cfg.step/time.Second)
+		cpu0, uas0, t0 := cpuOf(b, s.memPIDs), cpuTime(b, uas.cmd.Process.Pid), time.Now()
+		uac := startSIPpLoad(b, dir, fmt.Sprintf("uac%d-%t", rate, trunk), cfg.step+2*time.Minute, append([]string{s.addr}, append(args,
+			"-r", strconv.Itoa(rate), "-rp", "1000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(rate*10),
+			"-d", strconv.Itoa(int(cfg.callLength/time.Millisecond)), "-recv_timeout", "10000",
+			"-p", strconv.Itoa(port), "-i", ip, "-mi", ip, "-mp", strconv.Itoa(freePort(b)), "-t", "u1")...)...)
+		uac.wait()
+		elapsed := time.Since(t0)
+		st := uac.stats(b, dir)
+		step := judgeStep(rate, n, st, st.Elapsed()-cfg.callLength)
+		step.cpu = percent((cpuOf(b, s.memPIDs) - cpu0).Seconds(), elapsed.Seconds())
+		step.sippCPU = percent((uac.cpu() + cpuTime(b, uas.cmd.Process.Pid) - uas0).Seconds(), elapsed.Seconds())
+		if st.Failed > 0 {
+			compareLogf("    failures: %s", sippFailures(filepath.Join(dir, uac.name+".errors.log")))
+		}
+		return step
+	})
+}
+
+// registerAt registers user at addr from local UDP port port (where a UAS
+// started later receives its calls).
+func registerAt(b *testing.B, addr, dir, user string, port int) {
+	b.Helper()
+	r := startSIPp(b, dir, "register-"+user, 30*time.Second, addr, "-sf", "register.xml", "-inf", user+".csv",
+		"-m", "1", "-p", strconv.Itoa(port), "-i", "127.0.0.1", "-t", "u1")
+	if code := r.wait(); code != 0 {
+		b.Fatalf("register %s at %s: sipp exit %d\n%s", user, addr, code, r.errors(dir))
+	}
+}
+
+// heldCalls is what calls held with RTP cost.
+type heldCalls struct {
+	up           int
+	kBPerCall    float64
+	cpuPerPacket time.Duration // the relay's
+	packetsPerS  float64       // relayed, as the relay counted them
+}
+
+// compareHeldCalls sets cfg.calls calls up from alice to bob (SIPp plays
+// 20 ms PCMA packets, the UAS echoes them), waits until all are answered,
+// and measures over 5s the relay's CPU and packets, and the system's memory
+// against before the first call.
+func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
+	n := cfg.calls
+	rate := min(max(n/5, 20), 200)
+	ramp := time.Duration(n/rate+1) * time.Second
+	window := 5 * time.Second
+	hold := benchEnvDuration("PBX_COMPARE_HOLD", 2*ramp+window+15*time.Second)
+	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	packets := int((hold - time.Second) / (20 * time.Millisecond))
+	if err := writeRTPCapture(filepath.Join(dir, "hold.pcap"), packets); err != nil {
+		b.Fatal(err)
+	}
+	bobPort := freePort(b)
+	registerAt(b, s.addr, dir, "bob", bobPort)
+	startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(n),
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-rtp_echo", "-t", "u1")
+	time.Sleep(300 * time.Millisecond)
+	memBefore := pssKB(b, s.memPIDs)
+	uac := startSIPpLoad(b, dir, "uac", hold+ramp+2*time.Minute, s.addr, "-sf", "bench_uac_hold.xml", "-inf", "alice.csv",
+		"-s", "101", "-auth_uri", "101@"+s.addr, "-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
+		"-d", strconv.Itoa(int(hold/time.Millisecond)), "-recv_timeout", "10000",
+		"-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+	upWithin := hold - window - 3*time.Second
+	deadline := time.Now().Add(upWithin)
+	for answeredCalls(filepath.Join(dir, "uac.stat.csv")) < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %d of %d calls up after %s\ncaller errors:\n%s", s.name, answeredCalls(filepath.Join(dir, "uac.stat.csv")), n, upWithin,
+				tail(readFileString(filepath.Join(dir, "uac.errors.log")), 10))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // let every relay reach its steady state
+	cpu0 := cpuOf(b, s.relayPIDs)
+	pps := s.relayRate(window)
+	cpu := cpuOf(b, s.relayPIDs) - cpu0
+	memUp := pssKB(b, s.memPIDs)
+	h := heldCalls{up: n, kBPerCall: float64(memUp-memBefore) / float64(n), packetsPerS: pps}
+	if pps > 0 {
+		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * window.Seconds()))
+	}
+	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d)",
+		s.name, n, memBefore, memUp, percent(cpu.Seconds(), window.Seconds()), pps, n*100)
+	if code := uac.wait(); code != 0 {
+		st := uac.stats(b, dir)
+		compareLogf("  %s caller: sipp exit %d, %d of %d calls failed: %s", s.name, code, st.Failed, st.Created,
+			sippFailures(filepath.Join(dir, "uac.errors.log")))
+	}
+	return h
+}
+
+// answeredCalls is how many setups a SIPp statistics file has timed so far
+// (the sum of its "setup" response-time buckets), 0 before its first line.
+func answeredCalls(path string) int {
+	lines := strings.Split(strings.TrimSpace(readFileString(path)), "\n")
+	if len(lines) < 2 {
+		return 0
+	}
+	head, last := strings.Split(lines[0], ";"), strings.Split(lines[len(lines)-1], ";")
+	total := 0
+	for i, h := range head {
+		if strings.HasPrefix(h, "ResponseTimeRepartitionsetup_") && i < len(last) {
+			n, _ := strconv.Atoi(strings.TrimSpace(last[i]))
+			total += n
+		}
+	}
+	return total
+}
+
+func rateOf(s compareStep, ok bool) float64 {
+	if !ok {
+		return 0
+	}
+	return float64(s.rate)
+}
+
+// ratio is a/b, 0 when either is missing (or, for a memory delta lost in
+// the noise, not positive).
+func ratio(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
+// compareTable formats the run's figures: one row per figure, Kamailio's,
+// the PBX's and their ratio (pbx / kamailio; for costs, under 1 is better).
+func compareTable(cfg compareConfig, k, p *compareResult, took time.Duration) string {
+	var sb strings.Builder
+	row := func(figure, kam, pbx string, r float64, lowerBetter bool) {
+		rs := "—"
+		if r > 0 {
+			rs = fmt.Sprintf("%.2f", r)
+			if better := (r < 1) == lowerBetter; r != 1 && better {
+				rs += " (better)"
+			}
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", figure, kam, pbx, rs)
+	}
+	fmt.Fprintf(&sb, "\nSide by side, %s steps, %d accounts, run took %s:\n\n", cfg.step, cfg.accounts+4, took.Round(time.Second))
+	sb.WriteString("| Figure | Kamailio / rtpengine | pbx | pbx / kamailio |\n|---|---|---|---|\n")
+	row("REGISTER + digest, highest sustained", registerCell(k.register), registerCell(p.register),
+		ratio(rateOf(p.register.best()), rateOf(k.register.best())), false)
+	row(fmt.Sprintf("CPU per REGISTER at %d/s", cfg.regCPURate), cpuCell(k.regCPU, k.regCPUStep), cpuCell(p.regCPU, p.regCPUStep),
+		ratio(p.regCPU.Seconds(), k.regCPU.Seconds()), true)
+	row("Memory right after the REGISTER ladder", kBCell(k.regMemKB), kBCell(p.regMemKB), ratio(float64(p.regMemKB), float64(k.regMemKB)), true)
+	row(fmt.Sprintf("INVITE + 407 digest, %s calls, highest sustained", cfg.callLength), ladderCell(k.invite), ladderCell(p.invite),
+		ratio(rateOf(p.invite.best()), rateOf(k.invite.best())), false)
+	row("Last clean step (p99 <= 50 ms, no retransmissions)", cleanCell(k.invite), cleanCell(p.invite),
+		ratio(rateOf(p.invite.lastClean()), rateOf(k.invite.lastClean())), false)
+	row(fmt.Sprintf("Calls from a trusted trunk (no digest), %s calls", cfg.callLength), ladderCell(k.trunk), ladderCell(p.trunk),
+		ratio(rateOf(p.trunk.best()), rateOf(k.trunk.best())), false)
+	row(fmt.Sprintf("CPU per relayed RTP packet, %d calls", cfg.calls), packetCell(k.held, "rtpengine"), packetCell(p.held, "pbx"),
+		ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), true)
+	row(fmt.Sprintf("Memory per held call, %d calls", cfg.calls), memCell(k.held), memCell(p.held),
+		ratio(p.held.kBPerCall, k.held.kBPerCall), true)
+	sb.WriteString("\n")
+	return sb.String()
+}
+
+// ladderCell is a ladder's highest sustained rate, ">=" when it topped the rates offered.
+func ladderCell(l ladder) string {
+	s, ok := l.best()
+	if !ok {
+		return fmt.Sprintf("under %d/s", l.rates[0])
+	}
+	ge := ""
+	if l.topped() {
+		ge = ">= "
+	}
+	return fmt.Sprintf("%s%d/s, p99 %s", ge, s.rate, p99Cell(s.stats.SetupP99))
+}
+
+func registerCell(l ladder) string {
+	s, ok := l.best()
+	if !ok {
+		return ladderCell(l)
+	}
+	return fmt.Sprintf("%s, %d retransmissions", ladderCell(l), s.stats.Retrans)
+}
+
+func cleanCell(l ladder) string {
+	s, ok := l.lastClean()
+	if !ok {
+		return "none"
+	}
+	return fmt.Sprintf("%d calls/s", s.rate)
+}
+
+func cpuCell(d time.Duration, s compareStep) string {
+	if d == 0 {
+		return "—"
+	}
+	c := fmt.Sprintf("%.1f us", float64(d.Nanoseconds())/1000)
+	if !s.sustained {
+		c += fmt.Sprintf(" (not sustained: %.0f/s completed, %d failed)", s.done, s.stats.Failed)
+	}
+	return c
+}
+
+func packetCell(h heldCalls, relay string) string {
+	if h.cpuPerPacket == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f us (%s, %.0f packets/s)", float64(h.cpuPerPacket.Nanoseconds())/1000, relay, h.packetsPerS)
+}
+
+func memCell(h heldCalls) string {
+	if h.up == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f kB", h.kBPerCall)
+}
+
+func kBCell(kB int64) string {
+	if kB == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f MB", float64(kB)/1024)
+}
+
+func p99Cell(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ">= " + setupBucketMax.String()
+	case d == 0:
+		return "-"
+	}
+	return "<= " + d.String()
+}

@@ -1,0 +1,148 @@
+package sipcore
+
+import (
+	"context"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emiago/sipgo/sip"
+)
+
+// txTracker counts the server transactions handed to handlers, by key, until
+// each terminates. The UDP readers consult it to refuse new requests past
+// the cap (Options.MaxServerTransactions) while still passing retransmissions
+// of open transactions to the stack.
+type txTracker struct {
+	max  int
+	n    atomic.Int64 // len(open), read without the lock on every packet
+	mu   sync.Mutex
+	open map[string]*sip.ServerTx
+	peak int // most open since the last takePeak
+}
+
+func newTxTracker(max int) *txTracker {
+	return &txTracker{max: max, open: make(map[string]*sip.ServerTx)}
+}
+
+// track records tx until it terminates. Tracking the same transaction twice
+// (a handler wrapping another) is harmless.
+func (t *txTracker) track(tx sip.ServerTransaction) {
+	if w, ok := tx.(serverTx); ok {
+		tx = w.ServerTransaction
+	}
+	stx, ok := tx.(*sip.ServerTx)
+	if !ok {
+		return
+	}
+	key := stx.Key()
+	t.mu.Lock()
+	if t.open[key] == stx {
+		t.mu.Unlock()
+		return
+	}
+	t.open[key] = stx
+	t.n.Store(int64(len(t.open)))
+	t.peak = max(t.peak, len(t.open))
+	t.mu.Unlock()
+	// The callback runs under the transaction's own locks: it must only
+	// touch the tracker.
+	if !stx.OnTerminate(func(string, error) { t.forget(key, stx) }) {
+		t.forget(key, stx)
+	}
+}
+
+// forget drops key when it still names stx (a later transaction may reuse
+// the key of one that ended).
+func (t *txTracker) forget(key string, stx *sip.ServerTx) {
+	t.mu.Lock()
+	if t.open[key] == stx {
+		delete(t.open, key)
+		t.n.Store(int64(len(t.open)))
+	}
+	t.mu.Unlock()
+}
+
+// takePeak returns the most transactions open at once since the last call
+// and the number open now.
+func (t *txTracker) takePeak() (peak, now int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	peak, now = t.peak, len(t.open)
+	t.peak = now
+	return peak, now
+}
+
+// full reports whether the cap is reached.
+func (t *txTracker) full() bool { return t.n.Load() >= int64(t.max) }
+
+// fullForKnown reports whether the cap and the reserve kept for known
+// sources (a quarter of the cap) are both used up.
+func (t *txTracker) fullForKnown() bool { return t.n.Load() >= int64(t.max+max(t.max/4, 1)) }
+
+// has reports whether a transaction with key is open.
+func (t *txTracker) has(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.open[key]
+	return ok
+}
+
+// count is the number of open transactions.
+func (t *txTracker) count() int { return int(t.n.Load()) }
+
+// admitTx counts tx against the transaction cap and answers 505 to a
+// request whose SIP version is not 2.0 (RFC 3261 21.5.6; over UDP the
+// readers answer it before a transaction exists, this catches TCP). It
+// reports whether the handler should go on.
+func (s *Server) admitTx(req *sip.Request, tx sip.ServerTransaction) bool {
+	s.txs.track(tx)
+	if strings.EqualFold(req.SipVersion, sipVersion) {
+		return true
+	}
+	if req.IsAck() {
+		return false
+	}
+	res := sip.NewResponseFromRequest(req, sip.StatusVersionNotSupported, "Version Not Supported", nil)
+	res.SipVersion = sipVersion
+	s.DecorateResponse(res)
+	if err := tx.Respond(res); err != nil {
+		s.log.Debug("respond 505", "err", err)
+	}
+	s.stats.versionRejected.Add(1)
+	return false
+}
+
+// releaseEvery is how often Run looks whether an overload ended.
+const releaseEvery = 15 * time.Second
+
+// releaseAfterOverload returns the heap of an overload to the system once it
+// is over. When a flood filled many transactions (at least a tenth of the
+// cap) and they have ended (fewer than a tenth of that peak remain open), it
+// calls debug.FreeOSMemory once: measured after a REGISTER flood that filled
+// the cap, the process held its peak RSS (about 230 MB) 45 s later because
+// no collection ran once allocation stopped (the next forced one is 2 min
+// away) and the scavenger returns memory slowly. A collection costs about as
+// much as one during the flood, and happens at most every releaseEvery.
+func (s *Server) releaseAfterOverload(ctx context.Context) {
+	t := time.NewTicker(releaseEvery)
+	defer t.Stop()
+	var high int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		peak, now := s.txs.takePeak()
+		high = max(high, peak)
+		if high < s.txs.max/10 || now > high/10 {
+			continue
+		}
+		debug.FreeOSMemory()
+		s.log.Info("sip overload over: memory returned", "peak_transactions", high, "open", now)
+		high = 0
+	}
+}
