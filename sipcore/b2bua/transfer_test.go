@@ -448,3 +448,53 @@ func TestTransfereeLeavesWhileTargetRings(t *testing.T) {
 		t.Fatalf("reason %q", ev.Call.Reason)
 	}
 }
+
+// TestTransferKeepsSessionTimers: with the PBX refreshing every side
+// (RFC 4028, 2 s intervals), bob transfers alice to carol and leaves; the
+// joined call outlives several intervals (bob's timer stopped with him,
+// nobody refreshes a gone phone) and carol's side is refreshed too.
+func TestTransferKeepsSessionTimers(t *testing.T) {
+	e := newEnv(t, envOpts{minSE: time.Second, sessionExpires: 2 * time.Second})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	uac := siptest.Behaviour{Mode: siptest.Answer, AnswerHeaders: []sip.Header{sip.NewHeader("Session-Expires", "2;refresher=uac"), sip.NewHeader("Require", "timer")}}
+	bob.SetBehaviour(uac)
+	carol.SetBehaviour(uac)
+	call := alice.DialWith(ctxT(t), "102", sip.NewHeader("Supported", "timer"), sip.NewHeader("Session-Expires", "2;refresher=uas"))
+	in := bob.WaitIncoming(wait)
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d", s)
+	}
+	waitCh(t, in.Answered(), "bob answered")
+
+	refer(t, in, "sip:103@"+domain)
+	toCarol := carol.WaitIncoming(wait)
+	if toCarol == nil {
+		t.Fatal("carol got no call")
+	}
+	waitCh(t, toCarol.Answered(), "carol answered")
+	waitCh(t, in.Ended(), "bob released")
+	refreshed := 0
+	end := time.After(4500 * time.Millisecond)
+	for done := false; !done; {
+		select {
+		case <-call.Ended():
+			t.Fatal("alice's side ended after the transfer")
+		case <-toCarol.Ended():
+			t.Fatal("carol's side ended after the transfer")
+		case <-toCarol.ReInvites():
+			refreshed++
+		case <-end:
+			done = true
+		}
+	}
+	if refreshed == 0 {
+		t.Fatal("carol's side was never refreshed")
+	}
+	exchange(t, call.Media(), toCarol.Media(), 10, "a2c")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, toCarol.Ended(), "bye to carol")
+}
