@@ -183,6 +183,7 @@ func (x *transfer) resume(p party) {
 	if ans != nil {
 		p.media().ApplySDP(ans)
 	}
+	p.c.setHoldState(false)
 }
 
 // transferRequest handles an in-dialog request for a dialog a transfer
@@ -302,6 +303,7 @@ func (x *transfer) relayReInvite(from, to party, req *sip.Request, tx sip.Server
 		plain(sip.StatusNotAcceptableHere)
 		return
 	}
+	x.owner.setHoldState(offer.Hold() || (answer != nil && answer.Hold()))
 	res := sdpResponse(req, body, ep.Contact)
 	from.c.refreshed(from.leg, req, res) // a re-INVITE refreshes the session (RFC 4028)
 	_ = tx.Respond(res)
