@@ -73,7 +73,9 @@
 // other call ends with reason "transferred" (its media stays open until
 // the joined call ends). A transferee that was held is re-INVITEd to
 // sendrecv. Joined parties' re-INVITEs, INFO and BYE are relayed between
-// them; EventTransfer reports each transfer's outcome. A new INVITE with
+// them (INFO as is, without DTMF interworking); session timers follow the
+// parties (the transferor's stops, the new leg's starts, a joined party's
+// refresh re-arms its side); EventTransfer reports each transfer's outcome. A new INVITE with
 // Replaces (RFC 3891, replaces.go) naming an answered party of another
 // call of the same tenant takes that party's place: the party gets BYE,
 // its call ends ("transferred") and the INVITE's caller is joined to the
