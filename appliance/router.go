@@ -75,6 +75,9 @@ func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, b
 
 func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 	var res routing.Result
+	if in.Transfer != nil {
+		r.transferor(in)
+	}
 	caller := in.Caller
 	if caller.Kind == b2bua.KindTrunk {
 		res = r.table.Inbound(routing.InboundCall{Trunk: caller.Trunk, Numbers: r.dialled(in)})
@@ -96,8 +99,25 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 	if dec.Target != nil {
 		r.presented(in, dec.Target)
 	}
-	r.steps.put(in.ID, res.Steps)
+	if in.Transfer != nil {
+		r.steps.addTransfer(in.ID, in.Transfer, res.Steps)
+	} else {
+		r.steps.put(in.ID, res.Steps)
+	}
 	return dec
+}
+
+// transferor completes the identity of a phone that transferred the call
+// it answered (the b2bua knows its extension, not its account), so the
+// transfer's new leg is routed as a call from that account.
+func (r *router) transferor(in *b2bua.Inbound) {
+	c := &in.Caller
+	if c.Kind != b2bua.KindEndpoint || c.Username != "" || c.Extension == "" {
+		return
+	}
+	if a := r.account(c.Tenant, c.Extension); a != nil {
+		c.Username, c.DisplayName = a.Username, a.DisplayName
+	}
 }
 
 // dialled lists the numbers a trunk's INVITE may be for: the Request-URI
@@ -223,7 +243,14 @@ func (r *router) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejectio
 			claim.CallerTenant = in.Caller.Tenant
 		}
 	}
-	err := r.limits.ReserveCall(in.ID, claim)
+	reserve := r.limits.ReserveCall
+	if in.Transfer != nil {
+		// The transferor hands its call on and makes no new one: the
+		// per-account limit does not count the new leg.
+		claim.Account, claim.CallerTenant = "", ""
+		reserve = r.limits.ReserveTransfer
+	}
+	err := reserve(in.ID, claim)
 	if err == nil {
 		return nil
 	}
@@ -359,6 +386,46 @@ func (s *stepLog) put(id b2bua.CallID, steps []routing.Step) {
 	s.mu.Unlock()
 }
 
+// addTransfer appends a transfer step (kind, by, to) and the routing steps
+// of the transfer's new leg to call id's steps.
+func (s *stepLog) addTransfer(id b2bua.CallID, t *b2bua.Transfer, steps []routing.Step) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.m[id]
+	out = append(out, cdr.Step{ID: strconv.Itoa(len(out) + 1), Type: cdr.StepTransfer, At: now, Kind: t.Kind, By: t.By, To: t.To})
+	for _, st := range steps {
+		out = append(out, cdr.Step{ID: strconv.Itoa(len(out) + 1), Type: st.Type, Skipped: st.Skipped, At: now, Result: st.Result, Error: st.Error})
+	}
+	s.m[id] = out
+}
+
+// transferred records a transfer's outcome on its step, and on the steps
+// of its new leg that have none (the dial that failed or answered). An
+// attended transfer, which routes nothing, gets its step here.
+func (s *stepLog) transferred(ev b2bua.Event) {
+	t := ev.Transfer
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	steps := s.m[ev.Call.ID]
+	last := -1
+	for i := range steps {
+		if steps[i].Type == cdr.StepTransfer && steps[i].Result == "" {
+			last = i
+		}
+	}
+	if last < 0 {
+		steps = append(steps, cdr.Step{ID: strconv.Itoa(len(steps) + 1), Type: cdr.StepTransfer, At: ev.At, Kind: t.Kind, By: t.By, To: t.To})
+		last = len(steps) - 1
+	}
+	for i := last; i < len(steps); i++ {
+		if steps[i].Result == "" {
+			steps[i].Result = t.Result
+		}
+	}
+	s.m[ev.Call.ID] = steps
+}
+
 // get returns a copy of the steps of call id.
 func (s *stepLog) get(id b2bua.CallID) []cdr.Step {
 	s.mu.Lock()
@@ -369,6 +436,10 @@ func (s *stepLog) get(id b2bua.CallID) []cdr.Step {
 // CallEvent forgets a call's steps once it ended; it runs after the call
 // log among the observers.
 func (s *stepLog) CallEvent(ev b2bua.Event) {
+	if ev.Kind == b2bua.EventTransfer && ev.Transfer != nil {
+		s.transferred(ev)
+		return
+	}
 	if ev.Kind == b2bua.EventEnded {
 		s.mu.Lock()
 		delete(s.m, ev.Call.ID)

@@ -16,9 +16,9 @@ var quietMethods = map[sip.RequestMethod]bool{
 	sip.SUBSCRIBE: true, sip.NOTIFY: true, sip.REFER: true, sip.PUBLISH: true, sip.MESSAGE: true, sip.PRACK: true,
 }
 
-// handleNoRoute answers a request whose method has no handler. The PBX
-// implements no event package, no REFER (transfer) and no reliable
-// provisional responses yet, so:
+// handleNoRoute answers a request whose method has no handler (REFER is
+// handled by the b2bua when it runs). The PBX implements no event package
+// and no reliable provisional responses yet, so:
 //
 //   - SUBSCRIBE gets 489 (Bad Event): the method is understood but no event
 //     package is supported (RFC 6665 section 4.2.1.1);

@@ -64,9 +64,10 @@ func Response(req *sip.Request, code int) *sip.Response {
 }
 
 // Supported lists the SIP option tags (RFC 3261 section 19.2) the PBX
-// implements: timer (RFC 4028 session timers). 100rel (RFC 3262) is not
-// supported, so provisional responses are never sent reliably.
-var Supported = []string{"timer"}
+// implements: timer (RFC 4028 session timers) and replaces (RFC 3891, an
+// INVITE taking over a dialog). 100rel (RFC 3262) is not supported, so
+// provisional responses are never sent reliably.
+var Supported = []string{"timer", "replaces"}
 
 // UnsupportedRequire returns the option tags of req's Require headers the
 // PBX does not implement (RFC 3261 section 8.2.2.3). ACK and CANCEL are

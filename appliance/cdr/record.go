@@ -57,6 +57,10 @@ func (c Cause) Valid() bool {
 // never recorded.
 const StepVoicemailCheck = "voicemail_check"
 
+// StepTransfer is a call transfer (REFER): Kind is blind or attended, By
+// the transferring party, To the target; Result is the new leg's outcome.
+const StepTransfer = "transfer"
+
 // Step is one dialplan step the call ran.
 type Step struct {
 	ID      string    `json:"id"`
@@ -65,6 +69,11 @@ type Step struct {
 	At      time.Time `json:"at"`
 	Result  string    `json:"result"`
 	Error   string    `json:"error"`
+	// Kind, By and To describe a transfer step (beyond the specification's
+	// fields, absent on other steps).
+	Kind string `json:"kind,omitempty"`
+	By   string `json:"by,omitempty"`
+	To   string `json:"to,omitempty"`
 }
 
 // Leg is one outgoing leg (a contact, a trunk, a mobile bridge) the call

@@ -96,6 +96,23 @@ type hold struct {
 	outbound bool
 	metered  time.Time // answered and counted up to here; zero before answer
 	cut      bool      // asked to end for a spent budget
+	// A transfer's new leg holds its own place: pending while it rings,
+	// then among more once answered, given back with the call.
+	pending *hold
+	more    []*hold
+}
+
+// metering reports whether h or a transfer leg of it is metered.
+func (h *hold) metering() bool {
+	if !h.metered.IsZero() {
+		return true
+	}
+	for _, m := range h.more {
+		if !m.metered.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // NewLimiter builds a Limiter from the System's security.limits and each
@@ -309,6 +326,50 @@ func (l *Limiter) ReserveCall(id b2bua.CallID, c Claim) error {
 	return nil
 }
 
+// ReserveTransfer is ReserveCall for a transfer's new leg of call id (the
+// b2bua routes it like a new call): it takes a place of its own next to
+// the call's, metered from the transfer's answer when outbound, given back
+// at once when the transfer fails, else with the call.
+func (l *Limiter) ReserveTransfer(id b2bua.CallID, c Claim) error {
+	rel, err := l.Reserve(c)
+	if err != nil {
+		return err
+	}
+	h := &hold{release: rel, tenant: c.Tenant, outbound: c.Outbound}
+	l.mu.Lock()
+	main := l.held[id]
+	var prev *hold
+	if main == nil {
+		l.held[id] = h
+	} else {
+		prev, main.pending = main.pending, h
+	}
+	l.mu.Unlock()
+	if prev != nil {
+		prev.release()
+	}
+	return nil
+}
+
+// transferEnded settles a transfer's pending place. l.mu is held; it
+// returns a place to give back.
+func (l *Limiter) transferEnded(ev b2bua.Event) *hold {
+	h := l.held[ev.Call.ID]
+	if h == nil || h.pending == nil || ev.Transfer == nil {
+		return nil
+	}
+	p := h.pending
+	h.pending = nil
+	if ev.Transfer.Result != b2bua.CauseAnswered {
+		return p
+	}
+	if p.outbound {
+		p.metered = ev.At
+	}
+	h.more = append(h.more, p)
+	return nil
+}
+
 // CallEvent starts metering an outbound call when it is answered, and
 // counts its last minutes and gives its reservation back when it ends; the
 // Limiter is a b2bua.Observer.
@@ -323,20 +384,34 @@ func (l *Limiter) CallEvent(ev b2bua.Event) {
 			}
 		}
 		l.mu.Unlock()
+	case b2bua.EventTransfer:
+		l.mu.Lock()
+		p := l.transferEnded(ev)
+		l.mu.Unlock()
+		if p != nil {
+			p.release()
+		}
 	case b2bua.EventEnded:
 		l.mu.Lock()
 		h := l.held[ev.Call.ID]
 		delete(l.held, ev.Call.ID)
-		if h != nil && !h.metered.IsZero() {
-			end := ev.Call.End
-			if end.IsZero() {
-				end = l.now()
+		var all []*hold
+		if h != nil {
+			all = append([]*hold{h}, h.more...)
+			if h.pending != nil {
+				all = append(all, h.pending)
 			}
-			l.meterCall(h, end)
+		}
+		end := ev.Call.End
+		if end.IsZero() {
+			end = l.now()
+		}
+		for _, x := range all {
+			l.meterCall(x, end)
 		}
 		l.mu.Unlock()
-		if h != nil {
-			h.release()
+		for _, x := range all {
+			x.release()
 		}
 	}
 }
@@ -356,6 +431,9 @@ func (l *Limiter) meterCall(h *hold, end time.Time) {
 func (l *Limiter) meterLocked(now time.Time) {
 	for _, h := range l.held {
 		l.meterCall(h, now)
+		for _, m := range h.more {
+			l.meterCall(m, now)
+		}
 	}
 }
 
@@ -372,7 +450,7 @@ func (l *Limiter) Meter() {
 	l.mu.Lock()
 	l.meterLocked(now)
 	for id, h := range l.held {
-		if h.metered.IsZero() || h.cut {
+		if !h.metering() || h.cut {
 			continue
 		}
 		if err := l.spent(h.tenant, l.tenantUse(h.tenant), now); err != nil {

@@ -85,10 +85,14 @@ type Manager struct {
 type dialogRef struct {
 	call *Call
 	leg  *outLeg // nil: the caller side
+	// xfer is set once a transfer took the dialog over; side is its
+	// party (0 transferee, 1 new party, -1 the detached transferor).
+	xfer *transfer
+	side int
 }
 
 // New builds a Manager and registers its handlers (INVITE, ACK, BYE,
-// CANCEL, INFO, UPDATE, in-dialog OPTIONS, and the unhandled-response hook
+// CANCEL, INFO, UPDATE, in-dialog OPTIONS, REFER, and the unhandled-response hook
 // that re-ACKs retransmitted 2xx) on the SIP server.
 func New(opts Options, log *slog.Logger) (*Manager, error) {
 	if log == nil {
@@ -130,6 +134,7 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 	s.Handle(sip.INFO, m.handleInDialog)
 	s.Handle(sip.UPDATE, m.handleInDialog)
 	s.Handle(sip.OPTIONS, m.handleInDialog)
+	s.Handle(sip.REFER, m.handleRefer)
 	s.OnUnhandledResponse(m.handleUnhandledResponse)
 	return m, nil
 }
@@ -189,12 +194,16 @@ func (m *Manager) lookupDialog(req *sip.Request) (dialogRef, bool) {
 	return dialogRef{}, false
 }
 
-// Calls returns a snapshot of the live calls, oldest first.
+// Calls returns a snapshot of the live calls, oldest first. A call that
+// handed its party over to an attended transfer is over, though its media
+// lives on in the joined call: it is not listed.
 func (m *Manager) Calls() []CallInfo {
 	m.mu.Lock()
 	cs := make([]*Call, 0, len(m.calls))
 	for _, c := range m.calls {
-		cs = append(cs, c)
+		if !c.mediaKept.Load() {
+			cs = append(cs, c)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]CallInfo, 0, len(cs))

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emiago/sipgo"
@@ -53,8 +54,13 @@ type Call struct {
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
 
-	reinvite sync.Mutex    // one re-INVITE at a time
-	done     chan struct{} // closed when the call has ended
+	reinvite sync.Mutex // one re-INVITE at a time
+	// transferJobs hands a REFER's transfer to the call's goroutine
+	// (transfer.go); mediaKept keeps the media open past the end for
+	// an attended transfer's joined party.
+	transferJobs chan transferJob
+	mediaKept    atomic.Bool
+	done         chan struct{} // closed when the call has ended
 
 	callerTimer sessionTimer // the caller side's session timer (RFC 4028)
 	dtmfOut     sync.Mutex   // one generated DTMF event at a time
@@ -260,6 +266,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	c := &Call{
 		m: m, id: NewCallID(now), caller: ds, callerEP: ep, callerTx: tx, invite: req, hops: hops - 1,
 		endCh: make(chan string, 1), legCh: make(chan legEvent, 16), forkDone: make(chan struct{}), done: make(chan struct{}),
+		transferJobs: make(chan transferJob, 1),
 	}
 	from := req.From()
 	c.info = CallInfo{
@@ -346,7 +353,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 		c.mu.Unlock()
 		close(c.done)
 		c.stopTimers()
-		if c.session != nil {
+		if c.session != nil && !c.mediaKept.Load() {
 			_ = c.session.Close()
 		}
 		c.log.Info("call ended", "cause", cause, "sip_status", status, "reason", reason)
@@ -393,6 +400,10 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 			return
 		}
 		c.codecs, c.callerSDP = codecs, offer
+	}
+	if rep := req.GetHeader("Replaces"); rep != nil {
+		c.runReplaces(rep.Value(), offer) // replaces.go
+		return
 	}
 
 	from := req.From()

@@ -56,6 +56,31 @@
 // re-INVITE it answers. A caller's re-INVITE that overtakes its ACK of the
 // initial 2xx waits up to two seconds for that ACK (then 491).
 //
+// Transfer (transfer.go): a REFER (RFC 3515) from either party of an
+// answered call is accepted with 202 and run on the call's goroutine, with
+// NOTIFYs carrying message/sipfrag status lines (100 Trying, 180 Ringing
+// when the target rings, then the final status, section 2.4.5; none with
+// Refer-Sub: false, RFC 4488). A blind transfer routes the Refer-To URI
+// through the Router as a call from the transferor (Inbound.Transfer set),
+// rings its legs like a fork (the transferee hears a target's early media)
+// and, on answer, bridges the transferee's media leg
+// to the new one and releases the transferor (BYE after two seconds unless
+// it hung up itself); a failed target leaves the call as it was (as
+// Asterisk does), unless the transferee or transferor is gone. An attended
+// transfer (Refer-To with an embedded Replaces, RFC 3891 and RFC 5589
+// section 7) names the transferor's other call through the PBX: the two
+// far parties are bridged, across the two calls' media sessions, and the
+// other call ends with reason "transferred" (its media stays open until
+// the joined call ends). A transferee that was held is re-INVITEd to
+// sendrecv. Joined parties' re-INVITEs, INFO and BYE are relayed between
+// them (INFO as is, without DTMF interworking); session timers follow the
+// parties (the transferor's stops, the new leg's starts, a joined party's
+// refresh re-arms its side); EventTransfer reports each transfer's outcome. A new INVITE with
+// Replaces (RFC 3891, replaces.go) naming an answered party of another
+// call of the same tenant takes that party's place: the party gets BYE,
+// its call ends ("transferred") and the INVITE's caller is joined to the
+// party it was talking to, recorded as an attended transfer.
+//
 // An INVITE whose Require names an extension the PBX lacks (100rel, RFC
 // 3262) is answered 420 with Unsupported before authentication. A rejected
 // call ends when its final response is sent, not when the ACK arrives.

@@ -259,6 +259,12 @@ func (c *Call) waitEnd() {
 		reason = "caller hung up"
 	case <-c.winnerDone():
 		reason = "callee hung up"
+	case job := <-c.transferJobs:
+		// A REFER (transfer.go): the call goes on if it failed.
+		if !c.runTransfer(job) {
+			c.waitEnd()
+		}
+		return
 	}
 	c.mu.Lock()
 	byCaller, byLeg := c.byeCaller, c.byeBy

@@ -20,7 +20,7 @@ const callerAckGrace = 2 * time.Second
 
 func (m *Manager) handleAck(req *sip.Request, tx sip.ServerTransaction) {
 	ref, ok := m.lookupDialog(req)
-	if !ok {
+	if !ok || m.transferRequest(ref, req, tx) {
 		return
 	}
 	delivered := ref.call.deliverAck(ref.leg, req)
@@ -36,6 +36,9 @@ func (m *Manager) handleBye(req *sip.Request, tx sip.ServerTransaction) {
 	ref, ok := m.lookupDialog(req)
 	if !ok {
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if m.transferRequest(ref, req, tx) {
 		return
 	}
 	c := ref.call
@@ -66,6 +69,9 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 	ref, ok := m.lookupDialog(req)
 	if !ok {
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if m.transferRequest(ref, req, tx) {
 		return
 	}
 	if req.Method == sip.INFO && len(req.Body()) > 0 {
@@ -105,6 +111,9 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 	ref, ok := m.lookupDialog(req)
 	if !ok {
 		respond(tx, req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	if m.transferRequest(ref, req, tx) {
 		return
 	}
 	c := ref.call

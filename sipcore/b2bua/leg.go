@@ -58,6 +58,7 @@ type outLeg struct {
 	dialog *sipgo.DialogClientSession
 
 	byeOnce sync.Once
+	round   *dialRound // a transfer's leg; nil: the call's fork
 
 	timer sessionTimer  // this side's session timer, once it won (RFC 4028)
 	minSE time.Duration // the callee's Min-SE from a 422; 0 before
@@ -147,9 +148,13 @@ func (l *outLeg) requestURI() sip.Uri {
 
 func (l *outLeg) send(ev legEvent) {
 	ev.leg = l
+	ch, done := l.call.legCh, l.call.forkDone
+	if r := l.round; r != nil {
+		ch, done = r.ch, r.done
+	}
 	select {
-	case l.call.legCh <- ev:
-	case <-l.call.forkDone:
+	case ch <- ev:
+	case <-done:
 	}
 }
 
@@ -222,6 +227,9 @@ func (l *outLeg) run() {
 	}
 	c.mu.Lock()
 	target := c.target
+	if l.round != nil {
+		target = l.round.target
+	}
 	c.mu.Unlock()
 
 	timer := time.AfterFunc(l.timeout, func() {
@@ -388,6 +396,13 @@ func (l *outLeg) bye() {
 func (c *Call) claim(l *outLeg) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if r := l.round; r != nil {
+		if r.claimed != nil || r.closed {
+			return false
+		}
+		r.claimed = l
+		return true
+	}
 	if c.claimed != nil || c.forkClosed {
 		return false
 	}

@@ -94,7 +94,11 @@ type Inbound struct {
 	Source     netip.AddrPort
 	Transport  string // "udp", "tcp"
 	// Request is the INVITE; read-only (headers such as X-Pbx-Token).
+	// For a transfer it is the REFER.
 	Request *sip.Request
+	// Transfer is set when the call is a transfer's new leg: route the
+	// target as a call from the transferring party (Caller).
+	Transfer *Transfer
 }
 
 // Identity is the caller identity presented to callees.
@@ -266,6 +270,8 @@ type Event struct {
 	// Media is the call's media session (for taps: recording, voicemail);
 	// set on created and answered events.
 	Media MediaAccess
+	// Transfer is set for EventTransfer.
+	Transfer *Transfer
 }
 
 // Observer receives call events synchronously on the call's goroutine.

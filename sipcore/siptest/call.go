@@ -31,6 +31,7 @@ type Call struct {
 	reinviteReqs chan *sip.Request
 	updates      chan *sip.Request // UPDATE requests received
 	infos        chan []byte
+	notifies     chan string       // sipfrag bodies of NOTIFYs (refer.go)
 	acks         chan *sip.Request // ACKs received for the call's dialog
 
 	// lastReInvite is the transaction and 2xx of the latest re-INVITE the
@@ -55,7 +56,7 @@ type lateOffer struct {
 func newCall(p *Phone, req *sip.Request) *Call {
 	return &Call{p: p, Invite: req, ringing: make(chan struct{}), answered: make(chan struct{}), cancelled: make(chan struct{}),
 		ended: make(chan struct{}), done: make(chan struct{}), reinvites: make(chan *SDP, 8), early: make(chan struct{}), infos: make(chan []byte, 8),
-		acks: make(chan *sip.Request, 16), reinviteReqs: make(chan *sip.Request, 8), updates: make(chan *sip.Request, 8)}
+		acks: make(chan *sip.Request, 16), reinviteReqs: make(chan *sip.Request, 8), updates: make(chan *sip.Request, 8), notifies: make(chan string, 8)}
 }
 
 func (c *Call) dial(ctx context.Context) {

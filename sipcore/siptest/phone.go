@@ -155,6 +155,7 @@ func NewPhone(t testing.TB, opts Options) *Phone {
 	p.srv.OnBye(p.onBye)
 	p.srv.OnInfo(p.onInfo)
 	p.srv.OnUpdate(p.onUpdate)
+	p.srv.OnNotify(p.onNotify)
 	p.srv.OnOptions(func(req *sip.Request, tx sip.ServerTransaction) {
 		p.options.Add(1)
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 200, "OK", nil))
