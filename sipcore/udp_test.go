@@ -267,7 +267,12 @@ func TestWrongSIPVersionOverTCPAnswered505(t *testing.T) {
 	if got := statusOf(string(buf[:n])); got != "SIP/2.0 505 Version Not Supported" {
 		t.Fatalf("answer %q", got)
 	}
-	if v := s.Stats().VersionRejected; v != 1 {
-		t.Fatalf("VersionRejected = %d", v)
+	// Counted once the answer is sent, which may be just after it arrived.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().VersionRejected != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("VersionRejected = %d", s.Stats().VersionRejected)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
