@@ -59,6 +59,10 @@ type Result struct {
 	Cause  string // KindReject: CauseNoRoute, CauseRejected
 	Reason string // KindReject: for the log and the call record
 
+	// Record is the matched InboundRoute's `record` (the recording
+	// policy's first level); nil when it says nothing.
+	Record *bool
+
 	// Steps say what routing did, in order (the call record's steps[]).
 	Steps []Step
 }
