@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
 	"pbx/db"
@@ -52,6 +53,7 @@ type Appliance struct {
 	lock   *datadir.Held
 	db     *db.DB
 	cdr    *cdr.Store
+	rec    *recording.Store // nil unless recording is on somewhere
 	dir    *tenant.Directory
 	guard  *guard.Guard
 	limits *guard.Limiter
@@ -108,6 +110,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 			for _, act := range actions {
 				log.Warn("call record recovery", "action", act.String())
+			}
+		}
+		if recording.Enabled(cfg) {
+			if a.rec, err = newRecordings(dd, cfg, log.With("component", "recording")); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -178,6 +185,9 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
+	if a.rec != nil { // before the call log, which writes its record step
+		obs = append(obs, newCallRecorder(recording.NewPolicy(cfg), a.rec, rt.steps, log.With("component", "recording")))
+	}
 	if a.cdr != nil {
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
 	}
@@ -289,6 +299,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	defer cancel()
 	if err := a.calls.Close(cctx); err != nil {
 		a.log.Warn("ending calls at shutdown", "err", err)
+	}
+	if a.rec != nil {
+		a.rec.Wait() // the recordings of the calls just ended
 	}
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {

@@ -34,6 +34,7 @@ const (
 	StepVoicemail = "voicemail"
 	StepHangup    = "hangup"
 	StepExternal  = "external"
+	StepRecord    = "record" // the recording policy's decision, at answer
 )
 
 // Result is a routing decision.
