@@ -224,6 +224,9 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		backends.CallLog = a.cdr
 		backends.CallLogStats = callLogStats{a.cdr}
 	}
+	if a.rec != nil {
+		backends.Recordings = a.rec
+	}
 	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -303,8 +304,8 @@ func (s *Store) Get(ctx context.Context, tenant, id string) (*Sidecar, error) {
 }
 
 // Open returns the WAV of tenant's recording id with its sidecar; the
-// caller closes the file.
-func (s *Store) Open(ctx context.Context, tenant, id string) (*os.File, *Sidecar, error) {
+// caller closes it.
+func (s *Store) Open(ctx context.Context, tenant, id string) (io.ReadSeekCloser, *Sidecar, error) {
 	dir, sc, err := s.find(ctx, tenant, id)
 	if err != nil {
 		return nil, nil, err
