@@ -188,3 +188,83 @@ func TestRecordingOfACallThroughThePBX(t *testing.T) {
 		t.Errorf("steps %v, record step %q", types, result)
 	}
 }
+
+// TestRecordingSurvivesSIGKILL: bin/pbx is killed mid-call while both
+// sides play their captures; after a restart the in-flight WAV is in its
+// day directory with a repaired header and a sidecar saying incomplete,
+// and what was written before the kill is there, each side in its channel.
+func TestRecordingSurvivesSIGKILL(t *testing.T) {
+	api := freePort(t)
+	p := startPBX(t, pbxConfig{
+		APIPort:   api,
+		Recording: "  recording:\n    enabled: true\n    mode: all\n",
+		Tokens:    "      - name: rec\n        token: " + recToken + "\n        scopes: [recordings:read]\n",
+	})
+	dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	callerAudio := func(i, j int) byte { return byte(0xd5 ^ (i*7 + j)) }
+	calleeAudio := func(i, j int) byte { return byte(0x55 ^ (i*11 + j*3)) }
+	if err := writeRTPCaptureOf(filepath.Join(dir, "callee.pcap"), 150, 0xca11ee, calleeAudio); err != nil {
+		t.Fatal(err)
+	}
+	bobPort, alicePort := freePort(t), freePort(t)
+	registerSIPp(t, p, dir, "udp", "bob", bobPort)
+	startSIPp(t, dir, "uas", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer_play.xml", "-m", "1",
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(t)))
+	time.Sleep(300 * time.Millisecond) // let the UAS bind before the call reaches it
+	startSIPp(t, dir, "uac", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_call.xml", "-inf", "alice.csv",
+		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
+		"-m", "1", "-d", "30000", "-p", strconv.Itoa(alicePort), "-i", "127.0.0.1",
+		"-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(t)))
+
+	// Kill once 2.5 s of audio reached the file.
+	inflight := filepath.Join(p.dataDir, "recordings", "inflight")
+	deadline := time.Now().Add(20 * time.Second)
+	var id string
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("no in-flight recording grew to 2.5 s; log:\n%s", tail(withoutDebug(p.log.String()), 30))
+		}
+		ents, _ := os.ReadDir(inflight)
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && filepath.Ext(e.Name()) == ".wav" && fi.Size() > 44+32000*5/2 {
+				id = e.Name()[:len(e.Name())-4]
+			}
+		}
+		if id != "" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.kill()
+	p.start()
+	p.waitLog("recording recovery", 5*time.Second)
+
+	c := apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", api), token: recToken}
+	var sc struct {
+		ID         string
+		Incomplete bool
+		Bytes      int64
+		From       string
+		DurationMS int64 `json:"duration_ms"`
+	}
+	c.getJSON("/v1/recordings/demo/"+id, &sc)
+	if !sc.Incomplete || sc.From != "100" || sc.DurationMS < 2500 {
+		t.Errorf("recovered sidecar %+v", sc)
+	}
+	code, wav := c.do("GET", "/v1/recordings/demo/"+id+"/audio")
+	if code != 200 || int64(len(wav)) != sc.Bytes {
+		t.Fatalf("audio: %d, %d bytes (sidecar %d)", code, len(wav), sc.Bytes)
+	}
+	left, right := channels(t, wav)
+	callerLeft, callerRight := found(left, 150, callerAudio), found(right, 150, callerAudio)
+	calleeLeft, calleeRight := found(left, 150, calleeAudio), found(right, 150, calleeAudio)
+	t.Logf("recovered: caller's packets %d left, %d right; callee's %d left, %d right", callerLeft, callerRight, calleeLeft, calleeRight)
+	if callerLeft < 100 || calleeRight < 100 || callerRight != 0 || calleeLeft != 0 {
+		t.Errorf("recovered channels: caller's audio %d left and %d right, callee's %d left and %d right", callerLeft, callerRight, calleeLeft, calleeRight)
+	}
+	if ents, _ := os.ReadDir(inflight); len(ents) != 0 {
+		t.Errorf("recordings/inflight not empty after recovery: %d entries", len(ents))
+	}
+}
