@@ -21,6 +21,7 @@ import (
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
+	"pbx/appliance/upload"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -54,6 +55,7 @@ type Appliance struct {
 	db     *db.DB
 	cdr    *cdr.Store
 	rec    *recording.Store // nil unless recording is on somewhere
+	upl    *upload.Queue    // nil unless recordings go to s3
 	dir    *tenant.Directory
 	guard  *guard.Guard
 	limits *guard.Limiter
@@ -113,7 +115,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 		}
 		if recording.Enabled(cfg) {
-			if a.rec, err = newRecordings(dd, cfg, log.With("component", "recording")); err != nil {
+			if a.rec, a.upl, err = newRecordings(dd, cfg, log.With("component", "recording")); err != nil {
 				return nil, err
 			}
 		}
@@ -186,7 +188,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.rec != nil { // before the call log, which writes its record step
-		obs = append(obs, newCallRecorder(recording.NewPolicy(cfg), a.rec, rt.steps, log.With("component", "recording")))
+		policy := recording.NewPolicy(cfg)
+		if a.upl != nil {
+			policy.LimitBacklog(sys.Recording.MaxPending, a.upl.Pending)
+		}
+		obs = append(obs, newCallRecorder(policy, a.rec, rt.steps, log.With("component", "recording")))
 	}
 	if a.cdr != nil {
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
@@ -214,7 +220,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		_ = a.calls.End(id, err.Error())
 	})
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr}
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr, uploads: a.upl}
 	a.src = src
 	backends := src.backends()
 	backends.Guard = guardSource{a.guard}
@@ -280,6 +286,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	})
 	if a.cdr != nil {
 		g.Go(func() error { return a.cdr.Run(gctx) })
+	}
+	if a.upl != nil {
+		g.Go(func() error { return a.upl.Run(gctx) })
 	}
 	if a.web.Enabled() {
 		g.Go(func() error { return a.web.Run(gctx) })

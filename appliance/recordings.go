@@ -1,7 +1,12 @@
 package appliance
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -9,15 +14,54 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/recording"
 	"pbx/appliance/routing"
+	"pbx/appliance/upload"
 	"pbx/sipcore/b2bua"
 )
 
-// newRecordings opens the recordings under dataDir and promotes what a
-// crash left in flight; it runs before any listener opens.
-func newRecordings(dataDir string, cfg *config.Config, log *slog.Logger) (*recording.Store, error) {
-	s, err := recording.New(recording.Options{DataDir: dataDir, Location: cfg.LocationFunc()}, log)
+// newRecordings opens the recordings under dataDir, with the upload queue
+// when recording.storage is s3, and promotes what a crash left in flight;
+// it runs before any listener opens.
+func newRecordings(dataDir string, cfg *config.Config, log *slog.Logger) (*recording.Store, *upload.Queue, error) {
+	sys := &cfg.System
+	opts := recording.Options{DataDir: dataDir, Location: cfg.LocationFunc()}
+	var q *upload.Queue
+	if sys.Recording.Storage == "s3" && sys.Storage != nil && sys.Storage.S3 != nil {
+		o := sys.Storage.S3
+		client, err := upload.NewS3(context.Background(), upload.S3Options{
+			Bucket: o.Bucket, Region: o.Region, Endpoint: o.Endpoint, PathStyle: o.PathStyle,
+			AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey.Reveal(), SessionToken: o.SessionToken.Reveal(),
+			SSE: o.SSE, KMSKeyID: o.KMSKeyID, StorageClass: o.StorageClass, Timeout: o.Timeout.D(),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		prefix := o.KeyPrefix
+		if prefix == "" {
+			prefix = config.DefaultKeyPrefix
+		}
+		q, err = upload.New(uploadTestKnobs(upload.Options{DataDir: dataDir, Store: client, KeyPrefix: prefix,
+			KeepLocal: sys.Recording.KeepLocal, Location: cfg.LocationFunc()}), log.With("component", "upload"))
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Enqueue = func(sc *recording.Sidecar, audio, sidecar string) error {
+			return q.Enqueue(upload.Recording{ID: sc.ID, Tenant: sc.Tenant, Ext: extOf(sc), Start: sc.Start, Audio: audio, Sidecar: sidecar})
+		}
+		loc := cfg.LocationFunc()
+		opts.Fetch = func(ctx context.Context, sc *recording.Sidecar) (io.ReadCloser, error) {
+			// The key as the upload made it (a keyPrefix changed since
+			// then finds nothing).
+			keys := upload.KeysFor(prefix, upload.KeyVars{Tenant: sc.Tenant, CallID: sc.ID, Ext: extOf(sc), Start: sc.Start.In(loc(sc.Tenant))})
+			rc, _, err := client.Get(ctx, keys.Audio)
+			if errors.Is(err, upload.ErrNoObject) {
+				return nil, fmt.Errorf("%w: %w", cdr.ErrNotFound, err)
+			}
+			return rc, err
+		}
+	}
+	s, err := recording.New(opts, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	actions, err := s.Recover()
 	for _, act := range actions {
@@ -28,7 +72,28 @@ func newRecordings(dataDir string, cfg *config.Config, log *slog.Logger) (*recor
 		// operator; it does not keep the PBX from taking calls.
 		log.Error("recording recovery", "err", err)
 	}
-	return s, nil
+	return s, q, nil
+}
+
+// extOf is the {ext} of a recording's object key: the extension calling
+// on an outbound call, else the one that answered.
+func extOf(sc *recording.Sidecar) string {
+	if sc.Direction == string(cdr.Outbound) {
+		return sc.From
+	}
+	return sc.AnsweredBy
+}
+
+// envUploadBackoff is a test knob: the upload queue's first backoff (it
+// doubles to ten times that), in Go syntax; the configuration does not
+// expose it.
+const envUploadBackoff = "PBX_TEST_UPLOAD_BACKOFF"
+
+func uploadTestKnobs(o upload.Options) upload.Options {
+	if d, err := time.ParseDuration(os.Getenv(envUploadBackoff)); err == nil && d > 0 {
+		o.BackoffMin, o.BackoffMax = d, 10*d
+	}
+	return o
 }
 
 // callRecorder applies the recording policy when a call is bridged: the
@@ -57,7 +122,7 @@ func (r *callRecorder) CallEvent(ev b2bua.Event) {
 			return // no tenant, no call record, nowhere to file a recording
 		}
 		d := r.policy.Decide(c)
-		step := cdr.Step{Type: routing.StepRecord, At: ev.At, Result: d.Result()}
+		step := cdr.Step{Type: routing.StepRecord, At: ev.At, Result: d.Result(), Error: d.Refused}
 		if d.Record {
 			legs := recording.Legs{Caller: ev.Media.Caller, Callee: ev.Media.Callee, PayloadType: ev.Media.PayloadType}
 			rec, err := r.store.Start(sidecarOf(c), legs, ev.At)

@@ -56,11 +56,18 @@ type Decision struct {
 	Record bool
 	Level  string // which level decided
 	Why    string // what that level said, for the call record's step
+	// Refused says why a call the levels armed is not recorded after all
+	// (the upload backlog past maxPending); the step's error.
+	Refused string
 }
 
 // Result is the decision as the call record's `record` step shows it:
-// "armed by account 200", "disarmed by system mode none".
+// "armed by account 200 record true", "disarmed by system mode none",
+// "disarmed by maxPending".
 func (d Decision) Result() string {
+	if d.Refused != "" {
+		return "disarmed by maxPending"
+	}
 	verb := "disarmed"
 	if d.Record {
 		verb = "armed"
@@ -72,6 +79,16 @@ func (d Decision) Result() string {
 type Policy struct {
 	cfg      *config.Config
 	accounts map[string]map[string]*config.Account // tenant -> extension -> account
+	// maxPending and pending: past maxPending queued uploads, no new call
+	// is recorded (storage s3 only).
+	maxPending int
+	pending    func() int
+}
+
+// LimitBacklog stops recording new calls while pending() reports max or
+// more queued uploads (recording.maxPending; 0 means no cap).
+func (p *Policy) LimitBacklog(max int, pending func() int) {
+	p.maxPending, p.pending = max, pending
 }
 
 // NewPolicy builds the policy of cfg.
@@ -94,6 +111,18 @@ func NewPolicy(cfg *config.Config) *Policy {
 // the Tenant's recording block (enabled false collapses mode to none),
 // then the System's. The first level that says anything wins.
 func (p *Policy) Decide(c *b2bua.CallInfo) Decision {
+	d := p.level(c)
+	if d.Record && p.maxPending > 0 && p.pending != nil {
+		if n := p.pending(); n >= p.maxPending {
+			d.Record = false
+			d.Refused = fmt.Sprintf("%d uploads queued, maxPending is %d", n, p.maxPending)
+		}
+	}
+	return d
+}
+
+// level is the decision of the first level that says anything.
+func (p *Policy) level(c *b2bua.CallInfo) Decision {
 	if v, ok := c.Meta.Extra[ExtraRouteRecord]; ok {
 		rec, _ := strconv.ParseBool(v)
 		return Decision{Record: rec, Level: LevelInboundRoute, Why: "record " + strconv.FormatBool(rec)}

@@ -158,3 +158,24 @@ func TestEnabledSomewhere(t *testing.T) {
 		t.Error("an inbound route with record: true: not enabled")
 	}
 }
+
+func TestPolicyMaxPendingRefusesPastTheBacklog(t *testing.T) {
+	p := NewPolicy(cfgWith(&config.Recording{Enabled: true, Mode: "all"}, nil, nil))
+	queued := 4
+	p.LimitBacklog(5, func() int { return queued })
+	c := callsByDirection()["internal"]
+	if d := p.Decide(&c); !d.Record || d.Refused != "" {
+		t.Errorf("under the cap: %+v", d)
+	}
+	queued = 5
+	d := p.Decide(&c)
+	if d.Record || d.Refused != "5 uploads queued, maxPending is 5" || d.Result() != "disarmed by maxPending" {
+		t.Errorf("at the cap: %+v %q", d, d.Result())
+	}
+	// A call no level arms is not refused: nothing to say.
+	p = NewPolicy(cfgWith(nil, nil, nil))
+	p.LimitBacklog(5, func() int { return 9 })
+	if d := p.Decide(&c); d.Record || d.Refused != "" {
+		t.Errorf("disarmed call: %+v", d)
+	}
+}

@@ -311,11 +311,38 @@ func (s *Store) Open(ctx context.Context, tenant, id string) (io.ReadSeekCloser,
 		return nil, nil, err
 	}
 	f, err := os.Open(filepath.Join(dir, id+audioExt))
+	if errors.Is(err, fs.ErrNotExist) && s.opts.Fetch != nil {
+		return s.fetch(ctx, sc)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%w: audio of %s/%s", cdr.ErrNotFound, tenant, id)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("open recording %s/%s: %w", tenant, id, err)
+	}
+	return f, sc, nil
+}
+
+// fetch copies the audio of sc from the object store into an unlinked
+// temporary file, so that it is served like a local one (Range included).
+func (s *Store) fetch(ctx context.Context, sc *Sidecar) (io.ReadSeekCloser, *Sidecar, error) {
+	rc, err := s.opts.Fetch(ctx, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording %s/%s from the store: %w", sc.Tenant, sc.ID, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(s.root, ".fetch-*")
+	if err != nil {
+		return nil, nil, fmt.Errorf("recording %s/%s: %w", sc.Tenant, sc.ID, err)
+	}
+	os.Remove(f.Name()) // gone when closed
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("recording %s/%s from the store: %w", sc.Tenant, sc.ID, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("recording %s/%s: %w", sc.Tenant, sc.ID, err)
 	}
 	return f, sc, nil
 }

@@ -98,9 +98,19 @@ func (s *Store) recoverSidecar(id string) (string, error) {
 	wav, side := filepath.Join(dir, id+audioExt), filepath.Join(dir, id+sidecarExt)
 	_, werr := os.Stat(wav)
 	_, serr := os.Stat(side)
-	if werr != nil || serr == nil {
+	if werr != nil {
 		os.Remove(meta)
 		return fmt.Sprintf("recording %s: stale in-flight description dropped", id), nil
+	}
+	if serr == nil {
+		// Finished, but the upload may not have been queued.
+		if disk, err := readSidecar(side); err == nil {
+			if err := s.enqueue(disk, wav, side); err != nil {
+				return "", err
+			}
+		}
+		os.Remove(meta)
+		return fmt.Sprintf("recording %s: finished; in-flight description dropped", id), nil
 	}
 	if sc.End.IsZero() {
 		if fi, err := os.Stat(wav); err == nil {
@@ -112,6 +122,9 @@ func (s *Store) recoverSidecar(id string) (string, error) {
 	}
 	if err := writeSidecar(side, sc); err != nil {
 		return "", fmt.Errorf("recover recording %s: %w", id, err)
+	}
+	if err := s.enqueue(sc, wav, side); err != nil {
+		return "", err
 	}
 	os.Remove(meta)
 	return fmt.Sprintf("recording %s of tenant %q: sidecar written", id, sc.Tenant), nil

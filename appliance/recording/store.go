@@ -1,9 +1,11 @@
 package recording
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -38,6 +40,14 @@ type Options struct {
 	// FlushEvery is how often audio is handed to the kernel (so a killed
 	// process loses at most this much); 0 means 250 ms.
 	FlushEvery time.Duration
+	// Enqueue, when set, is told of every finished recording (its sidecar
+	// and the paths of its two files) once the sidecar is on disk, before
+	// the in-flight description goes: an upload queue writes its job
+	// there. It must be idempotent (recovery may repeat it).
+	Enqueue func(sc *Sidecar, audio, sidecar string) error
+	// Fetch, when set, reads a recording's audio from the object store
+	// when its local copy was removed after upload (keepLocal false).
+	Fetch func(ctx context.Context, sc *Sidecar) (io.ReadCloser, error)
 }
 
 // Store keeps the recordings under <dataDir>/recordings.
@@ -249,6 +259,17 @@ func (r *Recorder) finish(end time.Time) error {
 	return r.s.promote(&r.sc, r.wav, r.meta)
 }
 
+// enqueue hands a finished recording to the upload queue, if any.
+func (s *Store) enqueue(sc *Sidecar, audio, sidecar string) error {
+	if s.opts.Enqueue == nil {
+		return nil
+	}
+	if err := s.opts.Enqueue(sc, audio, sidecar); err != nil {
+		return fmt.Errorf("recording %s: queue upload: %w", sc.ID, err)
+	}
+	return nil
+}
+
 // promote moves the finished WAV at wav to its day directory, writes its
 // sidecar there, and removes the in-flight description meta.
 func (s *Store) promote(sc *Sidecar, wav, meta string) error {
@@ -266,8 +287,12 @@ func (s *Store) promote(sc *Sidecar, wav, meta string) error {
 	if err := syncDir(dir); err != nil {
 		return fmt.Errorf("recording %s: %w", sc.ID, err)
 	}
-	if err := writeSidecar(filepath.Join(dir, sc.ID+sidecarExt), sc); err != nil {
+	side := filepath.Join(dir, sc.ID+sidecarExt)
+	if err := writeSidecar(side, sc); err != nil {
 		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	if err := s.enqueue(sc, dst, side); err != nil {
+		return err
 	}
 	if err := os.Remove(meta); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("recording %s: %w", sc.ID, err)

@@ -60,17 +60,45 @@ type headerProxy struct {
 }
 
 type put struct {
-	path string
-	h    http.Header
+	path   string
+	h      http.Header
+	status int
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }
 
 func (h *headerProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPut {
-		h.mu.Lock()
-		h.puts = append(h.puts, put{r.URL.Path, r.Header.Clone()})
-		h.mu.Unlock()
+	if r.Method != http.MethodPut {
+		h.next.ServeHTTP(w, r)
+		return
 	}
-	h.next.ServeHTTP(w, r)
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	hd := r.Header.Clone()
+	h.next.ServeHTTP(sw, r)
+	h.mu.Lock()
+	h.puts = append(h.puts, put{r.URL.Path, hd, sw.status})
+	h.mu.Unlock()
+}
+
+// stored counts the PUTs of each key the store accepted.
+func (h *headerProxy) stored() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, p := range h.puts {
+		if p.status/100 == 2 {
+			out[strings.TrimPrefix(p.path, "/"+testBucket+"/")]++
+		}
+	}
+	return out
 }
 
 // keys lists the object keys PUT so far, in order.

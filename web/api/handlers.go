@@ -97,6 +97,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, _ Query) error 
 	if !p.Restricted() {
 		st.CallsActive += snap.Shared.CallsActive
 		st.Registrations += snap.Shared.Registrations
+		st.Uploads = snap.Uploads
 	}
 	return WriteJSON(w, http.StatusOK, st)
 }
