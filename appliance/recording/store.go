@@ -35,10 +35,14 @@ type Options struct {
 	// then do not survive a restart).
 	CursorKey []byte
 	// QueueSize is how many packets per direction may wait for the writer
-	// before the tap drops them; 0 means 500 (10 s of 20 ms packets).
+	// before the tap drops them; 0 means 250 (5 s of 20 ms packets).
 	QueueSize int
+	// DrainEvery is how often the writer takes the queued packets (in a
+	// batch, so the relay does not wake it for every packet); 0 means
+	// 200 ms.
+	DrainEvery time.Duration
 	// FlushEvery is how often audio is handed to the kernel (so a killed
-	// process loses at most this much); 0 means 250 ms.
+	// process loses little more than this); 0 means 400 ms.
 	FlushEvery time.Duration
 	// Enqueue, when set, is told of every finished recording (its sidecar
 	// and the paths of its two files) once the sidecar is on disk, before
@@ -56,7 +60,11 @@ type Store struct {
 	root     string // <dataDir>/recordings
 	inflight string
 	log      *slog.Logger
-	wg       sync.WaitGroup // recorders still writing
+	wg       sync.WaitGroup // the writer loop and recordings being finished
+
+	mu      sync.Mutex
+	active  map[*Recorder]bool
+	looping bool // the writer loop runs
 }
 
 // New returns the store, creating its directories.
@@ -72,12 +80,15 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 		_, _ = rand.Read(opts.CursorKey)
 	}
 	if opts.QueueSize <= 0 {
-		opts.QueueSize = 500
+		opts.QueueSize = 250
+	}
+	if opts.DrainEvery <= 0 {
+		opts.DrainEvery = 200 * time.Millisecond
 	}
 	if opts.FlushEvery <= 0 {
-		opts.FlushEvery = 250 * time.Millisecond
+		opts.FlushEvery = 400 * time.Millisecond
 	}
-	s := &Store{opts: opts, root: filepath.Join(opts.DataDir, recordingsDir), log: log}
+	s := &Store{opts: opts, root: filepath.Join(opts.DataDir, recordingsDir), log: log, active: map[*Recorder]bool{}}
 	s.inflight = filepath.Join(s.root, inflightDir)
 	if err := os.MkdirAll(s.inflight, 0o750); err != nil {
 		return nil, fmt.Errorf("recording: %w", err)
@@ -85,7 +96,8 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	return s, nil
 }
 
-// Wait blocks until every recording stopped so far is finished on disk.
+// Wait blocks until every recording stopped so far is finished on disk
+// (and, with none running, the writer loop has ended).
 func (s *Store) Wait() { s.wg.Wait() }
 
 // dayDir is the directory of a recording of tenant's call started at t.
@@ -104,17 +116,19 @@ type Legs struct {
 // Recorder writes one call's recording.
 type Recorder struct {
 	s     *Store
-	sc    Sidecar
 	wav   string
 	meta  string
-	f     *os.File
-	w     *rtpcore.WAVWriter
-	mix   *mixer
 	q     [2]*rtpcore.QueueTap
 	untap [2]func()
-	stop  chan time.Time
-	done  chan struct{}
-	err   error
+
+	mu        sync.Mutex // the writer loop or Stop's finishing
+	sc        Sidecar
+	f         *os.File
+	w         *rtpcore.WAVWriter
+	mix       *mixer
+	lastFlush time.Time
+	stopped   bool
+	err       error
 }
 
 // Start begins recording the call described by sc (id, tenant, who; Start
@@ -132,7 +146,7 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 		return nil, errors.New("recording: a leg is missing")
 	}
 	sc.Format = formatFor(legs.PayloadType, sampleRate)
-	r := &Recorder{s: s, sc: sc, stop: make(chan time.Time, 1), done: make(chan struct{}),
+	r := &Recorder{s: s, sc: sc, lastFlush: at,
 		wav: filepath.Join(s.inflight, sc.ID+audioExt), meta: filepath.Join(s.inflight, sc.ID+sidecarExt)}
 	// What the sidecar will say goes first, so a crash always finds it.
 	if err := writeSidecar(r.meta, &r.sc); err != nil {
@@ -161,31 +175,51 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 			}
 		}))
 	}
-	s.wg.Add(1)
-	go r.run()
+	s.mu.Lock()
+	s.active[r] = true
+	if !s.looping {
+		s.looping = true
+		s.wg.Add(1)
+		go s.loop()
+	}
+	s.mu.Unlock()
 	return r, nil
 }
 
-// run writes packets as they come until Stop, then finishes the files.
-func (r *Recorder) run() {
-	defer r.s.wg.Done()
-	defer close(r.done)
-	tick := time.NewTicker(r.s.opts.FlushEvery)
+// loop is the one writer of every running recording: each DrainEvery it
+// takes what the taps queued (in batches, so the relay never wakes a
+// writer per packet) and hands audio to the kernel each FlushEvery, so a
+// killed process loses little. The header's sizes are patched only at
+// the end; recovery repairs them after a crash. It ends when no recording
+// runs.
+func (s *Store) loop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.opts.DrainEvery)
 	defer tick.Stop()
-	for {
-		select {
-		case p := <-r.q[Left].C():
-			r.take(Left, &p)
-		case p := <-r.q[Right].C():
-			r.take(Right, &p)
-		case <-tick.C:
-			if r.err == nil {
-				r.err = r.w.Flush()
-			}
-		case end := <-r.stop:
-			r.drain()
-			r.err = errors.Join(r.err, r.finish(end))
+	var rs []*Recorder
+	for range tick.C {
+		s.mu.Lock()
+		if len(s.active) == 0 {
+			s.looping = false
+			s.mu.Unlock()
 			return
+		}
+		rs = rs[:0]
+		for r := range s.active {
+			rs = append(rs, r)
+		}
+		s.mu.Unlock()
+		now := time.Now()
+		for _, r := range rs {
+			r.mu.Lock()
+			if !r.stopped {
+				r.drain()
+				if r.err == nil && now.Sub(r.lastFlush) >= s.opts.FlushEvery {
+					r.err = r.w.FlushData()
+					r.lastFlush = now
+				}
+			}
+			r.mu.Unlock()
 		}
 	}
 }
@@ -197,7 +231,7 @@ func (r *Recorder) take(side int, p *rtpcore.TapPacket) {
 	r.err = r.mix.packet(side, p.Header, p.Payload(), p.At)
 }
 
-// drain takes the packets still queued (the taps are already removed).
+// drain takes the packets queued so far; r.mu is held.
 func (r *Recorder) drain() {
 	for {
 		select {
@@ -211,27 +245,37 @@ func (r *Recorder) drain() {
 	}
 }
 
-// Stop ends the recording at instant end, with sc's final word on the
-// call (end, answered_by, ...; id, tenant and start are kept). The files
-// are finished in the background; Store.Wait waits for them, and done is
-// called (if not nil) with the sidecar written or the error.
+// Stop ends the recording at instant end, with final's word on the call
+// (call_id, direction, who, end; id, tenant and start are kept). The
+// files are finished in the background; Store.Wait waits for them, and
+// done is called (if not nil) with the sidecar written or the error.
 func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)) {
 	for i := range r.untap {
 		r.untap[i]()
 	}
-	r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
-	r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
-	r.stop <- end
+	s := r.s
+	s.mu.Lock()
+	delete(s.active, r)
+	s.mu.Unlock()
+	s.wg.Add(1)
 	go func() {
-		<-r.done
-		if done != nil {
-			if r.err != nil {
-				done(nil, r.err)
-				return
-			}
-			sc := r.sc
-			done(&sc, nil)
+		defer s.wg.Done()
+		r.mu.Lock()
+		r.stopped = true
+		r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
+		r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
+		r.drain()
+		err := errors.Join(r.err, r.finish(end))
+		sc := r.sc
+		r.mu.Unlock()
+		if done == nil {
+			return
 		}
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		done(&sc, nil)
 	}()
 }
 
