@@ -115,7 +115,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 		}
 		if recording.Enabled(cfg) {
-			if a.rec, a.upl, err = newRecordings(dd, cfg, log.With("component", "recording")); err != nil {
+			if a.rec, a.upl, err = newRecordings(dd, cfg, a.cdr, log.With("component", "recording")); err != nil {
 				return nil, err
 			}
 		}

@@ -21,9 +21,12 @@ import (
 // newRecordings opens the recordings under dataDir, with the upload queue
 // when recording.storage is s3, and promotes what a crash left in flight;
 // it runs before any listener opens.
-func newRecordings(dataDir string, cfg *config.Config, log *slog.Logger) (*recording.Store, *upload.Queue, error) {
+func newRecordings(dataDir string, cfg *config.Config, calls *cdr.Store, log *slog.Logger) (*recording.Store, *upload.Queue, error) {
 	sys := &cfg.System
 	opts := recording.Options{DataDir: dataDir, Location: cfg.LocationFunc()}
+	if calls != nil {
+		opts.Describe = func(id string) (recording.Sidecar, bool) { return describeCall(calls, cfg, id) }
+	}
 	var q *upload.Queue
 	if sys.Recording.Storage == "s3" && sys.Storage != nil && sys.Storage.S3 != nil {
 		o := sys.Storage.S3
@@ -73,6 +76,20 @@ func newRecordings(dataDir string, cfg *config.Config, log *slog.Logger) (*recor
 		log.Error("recording recovery", "err", err)
 	}
 	return s, q, nil
+}
+
+// describeCall is what the call record of id says, for a recording found
+// without a sidecar; it looks under every configured tenant.
+func describeCall(calls *cdr.Store, cfg *config.Config, id string) (recording.Sidecar, bool) {
+	for _, t := range cfg.Tenants {
+		r, err := calls.Get(context.Background(), t.Name, cdr.ID(id))
+		if err != nil {
+			continue
+		}
+		return recording.Sidecar{Tenant: r.Tenant, CallID: r.CallID, Direction: string(r.Direction), From: r.From, To: r.To,
+			DID: r.DID, Trunk: r.Trunk, AnsweredBy: r.AnsweredBy, Start: r.Start, End: r.End}, true
+	}
+	return recording.Sidecar{}, false
 }
 
 // extOf is the {ext} of a recording's object key: the extension calling

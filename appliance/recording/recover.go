@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,7 +55,82 @@ func (s *Store) Recover() ([]string, error) {
 			actions = append(actions, act)
 		}
 	}
+	orphans, err := s.recoverOrphans()
+	actions = append(actions, orphans...)
+	return actions, errors.Join(append(errs, err)...)
+}
+
+// recoverOrphans gives a sidecar to every WAV in a day directory that has
+// none and no in-flight description (the description would have done it):
+// what the call record says (Options.Describe), else what the id says.
+func (s *Store) recoverOrphans() ([]string, error) {
+	days, err := s.days(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return nil, fmt.Errorf("recording recovery: %w", err)
+	}
+	var actions []string
+	var errs []error
+	for _, d := range days {
+		ents, err := os.ReadDir(d.dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		names := map[string]bool{}
+		for _, e := range ents {
+			names[e.Name()] = true
+		}
+		for _, e := range ents {
+			id, ok := strings.CutSuffix(e.Name(), audioExt)
+			if !ok || names[id+sidecarExt] || cdr.ID(id).Validate() != nil {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(s.inflight, id+sidecarExt)); err == nil {
+				continue
+			}
+			act, err := s.recoverOrphan(d.dir, id)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			actions = append(actions, act)
+		}
+	}
 	return actions, errors.Join(errs...)
+}
+
+func (s *Store) recoverOrphan(dir, id string) (string, error) {
+	start, _ := cdr.ID(id).Time()
+	sc := Sidecar{ID: id, Start: start}
+	known := false
+	if s.opts.Describe != nil {
+		if d, ok := s.opts.Describe(id); ok {
+			sc, known = d, true
+			sc.ID = id
+		}
+	}
+	sc.Format = formatFor(0, sampleRate)
+	sc.Format.SourceCodec = ""
+	wav := filepath.Join(dir, id+audioExt)
+	if sc.End.IsZero() {
+		if fi, err := os.Stat(wav); err == nil {
+			sc.End = fi.ModTime().UTC()
+		}
+	}
+	if _, err := repairWAV(wav, sampleRate, 2); err != nil {
+		return "", fmt.Errorf("recover recording %s: %w", id, err)
+	}
+	if err := digest(wav, &sc); err != nil {
+		return "", fmt.Errorf("recover recording %s: %w", id, err)
+	}
+	side := filepath.Join(dir, id+sidecarExt)
+	if err := writeSidecar(side, &sc); err != nil {
+		return "", fmt.Errorf("recover recording %s: %w", id, err)
+	}
+	if err := s.enqueue(&sc, wav, side); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("recording %s of tenant %q: sidecar written for a WAV that had none (call record found: %t)", id, sc.Tenant, known), nil
 }
 
 // recoverAudio promotes an in-flight WAV as an incomplete recording.

@@ -49,6 +49,10 @@ type Options struct {
 	// the in-flight description goes: an upload queue writes its job
 	// there. It must be idempotent (recovery may repeat it).
 	Enqueue func(sc *Sidecar, audio, sidecar string) error
+	// Describe, when set, tells recovery what it knows of the call with
+	// id (from its call record), for a WAV found without a sidecar or an
+	// in-flight description.
+	Describe func(id string) (Sidecar, bool)
 	// Fetch, when set, reads a recording's audio from the object store
 	// when its local copy was removed after upload (keepLocal false).
 	Fetch func(ctx context.Context, sc *Sidecar) (io.ReadCloser, error)

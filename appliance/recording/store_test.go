@@ -275,3 +275,42 @@ func TestRecoverWritesTheSidecarOfAMovedWAV(t *testing.T) {
 		t.Errorf("in-flight description kept: %v", err)
 	}
 }
+
+func TestRecoverGivesAnOrphanWAVASidecar(t *testing.T) {
+	s := newStore(t)
+	id := "20261121T151230.123Z-orphan00"
+	start := time.Date(2026, 11, 21, 15, 12, 30, 123e6, time.UTC)
+	s.opts.Describe = func(got string) (Sidecar, bool) {
+		if got != id {
+			return Sidecar{}, false
+		}
+		return Sidecar{Tenant: "acme", Direction: "inbound", From: "+15550100", AnsweredBy: "200", Start: start, End: start.Add(time.Minute)}, true
+	}
+	dir := s.dayDir("acme", start)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// A WAV put there by hand (or a copy restored without its sidecar).
+	if err := os.WriteFile(filepath.Join(dir, id+".wav"), append(wavHeader(8000, 2, 16000), make([]byte, 16000)...), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	unknown := "20261121T151231.000Z-orphan01"
+	if err := os.WriteFile(filepath.Join(dir, unknown+".wav"), append(wavHeader(8000, 2, 0), make([]byte, 3200)...), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := s.Recover()
+	if err != nil || len(acts) != 2 {
+		t.Fatalf("recover: %v %q", err, acts)
+	}
+	sc, err := readSidecar(filepath.Join(dir, id+".json"))
+	if err != nil || sc.Tenant != "acme" || sc.From != "+15550100" || sc.DurationMS != 500 || !sc.End.Equal(start.Add(time.Minute)) || sc.SHA256 == "" {
+		t.Errorf("sidecar from the call record: %+v %v", sc, err)
+	}
+	sc, err = readSidecar(filepath.Join(dir, unknown+".json"))
+	if err != nil || sc.ID != unknown || sc.DurationMS != 100 || sc.Start.IsZero() {
+		t.Errorf("sidecar from the id alone: %+v %v", sc, err)
+	}
+	if acts, err := s.Recover(); err != nil || len(acts) != 0 {
+		t.Errorf("second recovery: %v %q", err, acts)
+	}
+}
