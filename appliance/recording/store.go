@@ -66,9 +66,10 @@ type Store struct {
 	log      *slog.Logger
 	wg       sync.WaitGroup // the writer loop and recordings being finished
 
-	mu      sync.Mutex
-	active  map[*Recorder]bool
-	looping bool // the writer loop runs
+	mu        sync.Mutex
+	active    map[*Recorder]bool
+	nextSlice int
+	looping   bool // the writer loop runs
 }
 
 // New returns the store, creating its directories.
@@ -122,8 +123,9 @@ type Recorder struct {
 	s     *Store
 	wav   string
 	meta  string
-	q     [2]*rtpcore.QueueTap
+	taps  [2]*tapBuffer
 	untap [2]func()
+	slice int // which of the writer loop's slices serves it
 
 	mu        sync.Mutex // the writer loop or Stop's finishing
 	sc        Sidecar
@@ -131,6 +133,7 @@ type Recorder struct {
 	w         *rtpcore.WAVWriter
 	mix       *mixer
 	lastFlush time.Time
+	spare     [2]batch
 	stopped   bool
 	err       error
 }
@@ -170,16 +173,12 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	r.f = f
 	r.mix = newMixer(r.w, sampleRate, at)
 	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
-		q := rtpcore.NewQueueTap(s.opts.QueueSize)
-		r.q[i] = q
-		// Only what the party sends: never what the PBX plays to it.
-		r.untap[i] = leg.AddTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
-			if p.Dir == rtpcore.In && !p.Injected {
-				q.TapRTP(p)
-			}
-		}))
+		r.taps[i] = &tapBuffer{max: s.opts.QueueSize}
+		r.untap[i] = leg.AddTap(r.taps[i])
 	}
 	s.mu.Lock()
+	r.slice = s.nextSlice
+	s.nextSlice = (s.nextSlice + 1) % drainSlices
 	s.active[r] = true
 	if !s.looping {
 		s.looping = true
@@ -190,18 +189,23 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	return r, nil
 }
 
-// loop is the one writer of every running recording: each DrainEvery it
-// takes what the taps queued (in batches, so the relay never wakes a
-// writer per packet) and hands audio to the kernel each FlushEvery, so a
-// killed process loses little. The header's sizes are patched only at
-// the end; recovery repairs them after a crash. It ends when no recording
-// runs.
+// drainSlices spreads the writer's work: every DrainEvery/drainSlices it
+// serves one slice of the running recordings, so each is drained every
+// DrainEvery and the relay never competes with one burst for them all.
+const drainSlices = 10
+
+// loop is the one writer of every running recording: it takes what the
+// taps collected (in batches, so the relay never wakes a writer per
+// packet) and hands audio to the kernel each FlushEvery, so a killed
+// process loses little. The header's sizes are patched only at the end;
+// recovery repairs them after a crash. It ends when no recording runs.
 func (s *Store) loop() {
 	defer s.wg.Done()
-	tick := time.NewTicker(s.opts.DrainEvery)
+	tick := time.NewTicker(max(s.opts.DrainEvery/drainSlices, time.Millisecond))
 	defer tick.Stop()
 	var rs []*Recorder
-	for range tick.C {
+	for n := 0; ; n++ {
+		<-tick.C
 		s.mu.Lock()
 		if len(s.active) == 0 {
 			s.looping = false
@@ -210,7 +214,9 @@ func (s *Store) loop() {
 		}
 		rs = rs[:0]
 		for r := range s.active {
-			rs = append(rs, r)
+			if r.slice == n%drainSlices {
+				rs = append(rs, r)
+			}
 		}
 		s.mu.Unlock()
 		now := time.Now()
@@ -228,24 +234,19 @@ func (s *Store) loop() {
 	}
 }
 
-func (r *Recorder) take(side int, p *rtpcore.TapPacket) {
-	if r.err != nil {
-		return
-	}
-	r.err = r.mix.packet(side, p.Header, p.Payload(), p.At)
-}
-
-// drain takes the packets queued so far; r.mu is held.
+// drain writes the packets the taps collected since the last drain; r.mu
+// is held.
 func (r *Recorder) drain() {
-	for {
-		select {
-		case p := <-r.q[Left].C():
-			r.take(Left, &p)
-		case p := <-r.q[Right].C():
-			r.take(Right, &p)
-		default:
-			return
+	for side := range r.taps {
+		got := r.taps[side].swap(r.spare[side])
+		if r.err == nil {
+			got.each(func(h rtpcore.Header, payload []byte, at time.Time) {
+				if r.err == nil {
+					r.err = r.mix.packet(side, h, payload, at)
+				}
+			})
 		}
+		r.spare[side] = got
 	}
 }
 
@@ -285,7 +286,9 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 
 // Dropped is the number of packets the taps dropped because the writer
 // lagged.
-func (r *Recorder) Dropped() uint64 { return r.q[Left].Dropped() + r.q[Right].Dropped() }
+func (r *Recorder) Dropped() uint64 {
+	return r.taps[Left].dropped.Load() + r.taps[Right].dropped.Load()
+}
 
 // finish finalises the header, fsyncs, moves the WAV to its day directory
 // and writes the sidecar there; then the in-flight description goes.
