@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,14 +35,14 @@ func newRecordings(dataDir string, cfg *config.Config, calls *cdr.Store, log *sl
 			Bucket: o.Bucket, Region: o.Region, Endpoint: o.Endpoint, PathStyle: o.PathStyle,
 			AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey.Reveal(), SessionToken: o.SessionToken.Reveal(),
 			SSE: o.SSE, KMSKeyID: o.KMSKeyID, StorageClass: o.StorageClass, Timeout: o.Timeout.D(),
+			// Keys with {callid} are the recording's own: a PUT repeated
+			// after a crash must not store it twice.
+			IfAbsent: strings.Contains(keyPrefixOf(o), "{callid}"),
 		})
 		if err != nil {
 			return nil, nil, err
 		}
-		prefix := o.KeyPrefix
-		if prefix == "" {
-			prefix = config.DefaultKeyPrefix
-		}
+		prefix := keyPrefixOf(o)
 		q, err = upload.New(uploadTestKnobs(upload.Options{DataDir: dataDir, Store: client, KeyPrefix: prefix,
 			KeepLocal: sys.Recording.KeepLocal, Location: cfg.LocationFunc()}), log.With("component", "upload"))
 		if err != nil {
@@ -90,6 +91,14 @@ func describeCall(calls *cdr.Store, cfg *config.Config, id string) (recording.Si
 			DID: r.DID, Trunk: r.Trunk, AnsweredBy: r.AnsweredBy, Start: r.Start, End: r.End}, true
 	}
 	return recording.Sidecar{}, false
+}
+
+// keyPrefixOf is storage.s3.keyPrefix, its default when empty.
+func keyPrefixOf(o *config.S3) string {
+	if o.KeyPrefix == "" {
+		return config.DefaultKeyPrefix
+	}
+	return o.KeyPrefix
 }
 
 // extOf is the {ext} of a recording's object key: the extension calling

@@ -286,3 +286,30 @@ func TestBackoffDoublesToTheCeilingWithJitter(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueCrashAfterAPutStoresItOnce(t *testing.T) {
+	e := newQueueEnv(t)
+	// The store through the proxy, with If-None-Match as the appliance
+	// sets it for keys with {callid}.
+	c := e.opts.Store.(*S3)
+	c.o.IfAbsent = true
+	r := tmpRecording(t, e.dataDir, "20261121T151230.000Z-twice")
+	q := e.open()
+	if err := q.Enqueue(r); err != nil {
+		t.Fatal(err)
+	}
+	// A process killed after the store took the audio and before the job
+	// file said so: the object is there, the job says nothing.
+	key := "acme/recordings/2026/11/21/" + r.ID
+	if err := c.Put(context.Background(), key+".wav", r.Audio, "audio/wav"); err != nil {
+		t.Fatal(err)
+	}
+	q = e.open() // the restart
+	stop := e.run(q)
+	defer stop()
+	waitUntil(t, "the queue to empty", 10*time.Second, func() bool { return q.Pending() == 0 })
+	stored := e.proxy.stored()
+	if stored[key+".wav"] != 1 || stored[key+".json"] != 1 {
+		t.Errorf("objects stored %v, want each once", stored)
+	}
+}

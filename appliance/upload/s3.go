@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -26,12 +29,20 @@ type S3Options struct {
 	SSE, KMSKeyID, StorageClass                string
 	// Timeout bounds each request; zero means none.
 	Timeout time.Duration
+	// IfAbsent sends If-None-Match: * with every PUT, so that a PUT
+	// repeated after a crash (the object stored, the job file not yet
+	// rewritten) stores nothing twice: the store's 412 means the object
+	// is there. Only for keys unique to one recording ({callid} in the
+	// template). A store that does not implement the condition (501) gets
+	// plain PUTs from then on.
+	IfAbsent bool
 }
 
 // S3 puts and gets recording objects in one bucket.
 type S3 struct {
 	o      S3Options
 	client *s3.Client
+	plain  atomic.Bool // the store refused If-None-Match
 }
 
 // NewS3 builds the client. It does not contact the store.
@@ -89,10 +100,20 @@ func (s *S3) Put(ctx context.Context, key, path, contentType string) error {
 	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
-	if _, err := s.client.PutObject(ctx, in); err != nil {
-		return fmt.Errorf("s3 put %s: %w", key, err)
+	if s.o.IfAbsent && !s.plain.Load() {
+		in.IfNoneMatch = aws.String("*")
 	}
-	return nil
+	_, err = s.client.PutObject(ctx, in)
+	var re *awshttp.ResponseError
+	switch {
+	case err == nil:
+		return nil
+	case in.IfNoneMatch != nil && errors.As(err, &re) && re.HTTPStatusCode() == http.StatusPreconditionFailed:
+		return nil // stored by an earlier attempt
+	case in.IfNoneMatch != nil && errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotImplemented:
+		s.plain.Store(true) // retried by the queue, unconditionally
+	}
+	return fmt.Errorf("s3 put %s: %w", key, err)
 }
 
 // ErrNoObject: the store has no such object.

@@ -157,3 +157,34 @@ func TestS3SendsEncryptionAndStorageClass(t *testing.T) {
 		}
 	}
 }
+
+func TestS3IfAbsentStoresOnce(t *testing.T) {
+	srv := startS3(t)
+	dir := t.TempDir()
+	first, second := filepath.Join(dir, "1"), filepath.Join(dir, "2")
+	if err := os.WriteFile(first, []byte("first"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(second, []byte("second"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	c := srv.client(t, S3Options{IfAbsent: true})
+	if err := c.Put(ctx, "k.wav", first, "audio/wav"); err != nil {
+		t.Fatal(err)
+	}
+	// A repeated PUT of the key is a success that stores nothing.
+	if err := c.Put(ctx, "k.wav", second, "audio/wav"); err != nil {
+		t.Fatalf("repeated put: %v", err)
+	}
+	if got, _ := srv.object("k.wav"); string(got) != "first" {
+		t.Errorf("object %q after a repeated put, want the first", got)
+	}
+	// Without IfAbsent a PUT replaces.
+	if err := srv.client(t, S3Options{}).Put(ctx, "k.wav", second, "audio/wav"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := srv.object("k.wav"); string(got) != "second" {
+		t.Errorf("object %q after a plain put", got)
+	}
+}
