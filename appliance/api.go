@@ -13,6 +13,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/tenant"
+	"pbx/appliance/upload"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
@@ -27,7 +28,8 @@ type apiSources struct {
 	reg     *registrar.Registrar
 	calls   *b2bua.Manager
 	trunks  *trunk.Manager
-	cdr     *cdr.Store // nil without call records
+	cdr     *cdr.Store    // nil without call records
+	uploads *upload.Queue // nil unless recordings go to s3
 }
 
 func (s *apiSources) backends() api.Backends {
@@ -46,6 +48,10 @@ func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
 		if p := s.cdr.Backlog().Problem(); p != "" {
 			snap.Problems = append(snap.Problems, p)
 		}
+	}
+	if s.uploads != nil {
+		st := s.uploads.Stats()
+		snap.Uploads = &api.UploadQueue{Pending: st.Pending, OldestAgeS: int64(st.OldestAge.Seconds()), Failed: st.Failed}
 	}
 	for _, t := range s.dir.Tenants() {
 		snap.Tenants[string(t.ID)] = api.Counts{}

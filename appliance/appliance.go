@@ -18,8 +18,10 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
+	"pbx/appliance/upload"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -52,6 +54,8 @@ type Appliance struct {
 	lock   *datadir.Held
 	db     *db.DB
 	cdr    *cdr.Store
+	rec    *recording.Store // nil unless recording is on somewhere
+	upl    *upload.Queue    // nil unless recordings go to s3
 	dir    *tenant.Directory
 	guard  *guard.Guard
 	limits *guard.Limiter
@@ -108,6 +112,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 			for _, act := range actions {
 				log.Warn("call record recovery", "action", act.String())
+			}
+		}
+		if recording.Enabled(cfg) {
+			if a.rec, a.upl, err = newRecordings(dd, cfg, a.cdr, log.With("component", "recording")); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -182,6 +191,13 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
+	if a.rec != nil { // before the call log, which writes its record step
+		policy := recording.NewPolicy(cfg)
+		if a.upl != nil {
+			policy.LimitBacklog(sys.Recording.MaxPending, a.upl.Pending)
+		}
+		obs = append(obs, newCallRecorder(policy, a.rec, rt.steps, log.With("component", "recording")))
+	}
 	if a.cdr != nil {
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
 	}
@@ -209,7 +225,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		_ = a.calls.End(id, err.Error())
 	})
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr}
+	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr, uploads: a.upl}
 	a.src = src
 	backends := src.backends()
 	backends.Guard = guardSource{a.guard}
@@ -219,6 +235,9 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.cdr != nil {
 		backends.CallLog = a.cdr
 		backends.CallLogStats = callLogStats{a.cdr}
+	}
+	if a.rec != nil {
+		backends.Recordings = a.rec
 	}
 	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
@@ -274,6 +293,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	if a.cdr != nil {
 		g.Go(func() error { return a.cdr.Run(gctx) })
 	}
+	if a.upl != nil {
+		g.Go(func() error { return a.upl.Run(gctx) })
+	}
 	if a.web.Enabled() {
 		g.Go(func() error { return a.web.Run(gctx) })
 	}
@@ -295,6 +317,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	defer cancel()
 	if err := a.calls.Close(cctx); err != nil {
 		a.log.Warn("ending calls at shutdown", "err", err)
+	}
+	if a.rec != nil {
+		a.rec.Wait() // the recordings of the calls just ended
 	}
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {

@@ -17,6 +17,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/guard"
 	"pbx/appliance/logging"
+	"pbx/appliance/recording"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
@@ -143,6 +144,9 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	}
 	if res.Kind == routing.KindTrunk {
 		meta.Egress = b2bua.KindTrunk
+	}
+	if res.Record != nil {
+		meta.Extra = map[string]string{recording.ExtraRouteRecord: strconv.FormatBool(*res.Record)}
 	}
 	// The record's extension: the one called, or on an outbound call the
 	// one calling.
@@ -424,6 +428,21 @@ func (s *stepLog) transferred(ev b2bua.Event) {
 		}
 	}
 	s.m[ev.Call.ID] = steps
+}
+
+// insertBeforeLast adds st before the last step of call id (the dial or
+// ring group that created the far leg, which takes the call's outcome), or
+// appends it when there is none, and renumbers the ids.
+func (s *stepLog) insertBeforeLast(id b2bua.CallID, st cdr.Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	steps := s.m[id]
+	at := max(len(steps)-1, 0)
+	steps = append(steps[:at:at], append([]cdr.Step{st}, steps[at:]...)...)
+	for i := range steps {
+		steps[i].ID = strconv.Itoa(i + 1)
+	}
+	s.m[id] = steps
 }
 
 // get returns a copy of the steps of call id.

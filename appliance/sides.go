@@ -38,25 +38,3 @@ func callerOf(c *b2bua.CallInfo) (from, name string) {
 	}
 	return c.From, c.FromName
 }
-
-// recordedBy reports whether recording mode (none, inbound, outbound,
-// internal, all) covers call c, matched as the specification says against
-// where the call came from and went: inbound arrived on a trunk, outbound
-// left on one (Meta.Egress; a carrier's call forwarded to a carrier is
-// both), internal did neither. The recording policy reads it once recording
-// runs.
-func recordedBy(mode string, c *b2bua.CallInfo) bool {
-	in := c.Caller.Kind == b2bua.KindTrunk
-	out := c.Meta.Egress == b2bua.KindTrunk
-	switch mode {
-	case "all":
-		return true
-	case "inbound":
-		return in
-	case "outbound":
-		return out
-	case "internal":
-		return !in && !out
-	}
-	return false
-}

@@ -6,29 +6,6 @@ import (
 	"pbx/sipcore/b2bua"
 )
 
-func TestRecordedByMatchesWhereTheCallWent(t *testing.T) {
-	phone := b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo"}
-	carrier := b2bua.Caller{Kind: b2bua.KindTrunk, Trunk: "carrier"}
-	trunk := b2bua.Meta{Egress: b2bua.KindTrunk}
-	for _, tc := range []struct {
-		name string
-		c    b2bua.CallInfo
-		want map[string]bool
-	}{
-		{"internal", b2bua.CallInfo{Caller: phone, Direction: "internal"}, map[string]bool{"internal": true, "all": true}},
-		{"outbound", b2bua.CallInfo{Caller: phone, Direction: "outbound", Meta: trunk}, map[string]bool{"outbound": true, "all": true}},
-		{"inbound", b2bua.CallInfo{Caller: carrier, Direction: "inbound"}, map[string]bool{"inbound": true, "all": true}},
-		{"forwarded to a carrier", b2bua.CallInfo{Caller: carrier, Direction: "inbound", Meta: trunk},
-			map[string]bool{"inbound": true, "outbound": true, "all": true}},
-	} {
-		for _, mode := range []string{"none", "inbound", "outbound", "internal", "all"} {
-			if got := recordedBy(mode, &tc.c); got != tc.want[mode] {
-				t.Errorf("%s call, mode %s: recorded %t", tc.name, mode, got)
-			}
-		}
-	}
-}
-
 func TestSidesOfInterTenantCall(t *testing.T) {
 	c := b2bua.CallInfo{Tenant: "acme", Extension: "200", Caller: b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Extension: "100"}}
 	if s := sidesOf(&c); len(s) != 2 || s[0] != (side{"acme", "200"}) || s[1] != (side{"demo", "100"}) {

@@ -214,6 +214,8 @@ func (w *WAVWriter) WriteStereo(left, right []int16) error {
 		return ErrClosed
 	}
 	n := max(len(left), len(right))
+	// Encode the whole run, then one write.
+	w.frame = w.frame[:0]
 	for i := 0; i < n; i++ {
 		var l, r int16
 		if i < len(left) {
@@ -222,18 +224,17 @@ func (w *WAVWriter) WriteStereo(left, right []int16) error {
 		if i < len(right) {
 			r = right[i]
 		}
-		w.frame = w.frame[:0]
 		if w.channels == 2 {
 			w.frame = binary.LittleEndian.AppendUint16(w.frame, uint16(l))
 			w.frame = binary.LittleEndian.AppendUint16(w.frame, uint16(r))
 		} else {
 			w.frame = binary.LittleEndian.AppendUint16(w.frame, uint16(int16((int32(l)+int32(r))/2)))
 		}
-		if _, err := w.bw.Write(w.frame); err != nil {
-			return fmt.Errorf("wav write: %w", err)
-		}
-		w.data += int64(len(w.frame))
 	}
+	if _, err := w.bw.Write(w.frame); err != nil {
+		return fmt.Errorf("wav write: %w", err)
+	}
+	w.data += int64(len(w.frame))
 	return nil
 }
 
@@ -280,6 +281,20 @@ func (w *WAVWriter) Flush() error {
 		return fmt.Errorf("wav flush: %w", err)
 	}
 	if _, err := w.w.Seek(0, io.SeekEnd); err != nil {
+		return fmt.Errorf("wav flush: %w", err)
+	}
+	return nil
+}
+
+// FlushData hands buffered audio to the file without patching the
+// header: cheaper than Flush (one write), for a writer that flushes often
+// so a crash loses little; the file's sizes are then those of the last
+// Flush, and a reader of it as it stands must take the data to the end.
+func (w *WAVWriter) FlushData() error {
+	if w.closed {
+		return ErrClosed
+	}
+	if err := w.bw.Flush(); err != nil {
 		return fmt.Errorf("wav flush: %w", err)
 	}
 	return nil

@@ -199,3 +199,28 @@ func FuzzReadWAV(f *testing.F) {
 		}
 	})
 }
+
+func TestWAVFlushDataWritesAudioNotSizes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.wav")
+	w, err := CreateWAV(path, 8000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteStereo([]int16{1, 2, 3}, []int16{4, 5, 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.FlushData(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if len(b) != 44+12 || binary.LittleEndian.Uint32(b[40:]) != 0 {
+		t.Errorf("after FlushData: %d bytes, data size %d", len(b), binary.LittleEndian.Uint32(b[40:]))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(path)
+	if binary.LittleEndian.Uint32(b[40:]) != 12 {
+		t.Errorf("after Close: data size %d", binary.LittleEndian.Uint32(b[40:]))
+	}
+}

@@ -566,6 +566,9 @@ func bucketString(d time.Duration) string {
 // PBX_BENCH_OBSERVE=1 also keeps one event stream (GET /v1/events) open and
 // scrapes /v1/metrics once a second for the whole run, as a dashboard and a
 // Prometheus would: compare its pbx_cpu_% with a run without.
+//
+// PBX_BENCH_RECORD=1 records every call (recording mode all): compare its
+// pbx_cpu_% and cpu_ns/packet with a run without.
 func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	n := benchEnvInt("PBX_BENCH_CALLS", 100)
 	hold := benchEnvDuration("PBX_BENCH_HOLD", 20*time.Second)
@@ -578,6 +581,9 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	cfg := pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax}
 	if observe {
 		cfg.APIPort = freePort(b)
+	}
+	if os.Getenv("PBX_BENCH_RECORD") == "1" {
+		cfg.Recording = "  recording:\n    enabled: true\n    mode: all\n"
 	}
 	p := startPBX(b, cfg)
 	pid := p.cmd.Process.Pid

@@ -188,6 +188,9 @@ type pbxConfig struct {
 	// Security is the System's security block as YAML indented under spec
 	// ("  security:\n    enabled: true\n"); empty: none (the guard is off).
 	Security string
+	// Recording is the System's recording block as YAML indented under
+	// spec ("  recording:\n    enabled: true\n"); empty: none.
+	Recording string
 	// Tokens are further API tokens, list items indented under api.tokens
 	// ("      - name: acme\n        token: ...\n"); empty: only testToken.
 	Tokens string
@@ -229,6 +232,7 @@ spec:
 		}
 	}
 	b.WriteString(c.Security)
+	b.WriteString(c.Recording)
 	b.WriteString(`---
 configVersion: pbx/v1
 kind: Tenant
@@ -468,6 +472,12 @@ func (r *sippRun) errors(dir string) string {
 // writeRTPCapture writes a pcap of n RTP packets (PCMA, 20 ms apart) for SIPp's
 // play_pcap_audio, which rewrites the addresses to the negotiated ones.
 func writeRTPCapture(path string, n int) error {
+	return writeRTPCaptureOf(path, n, 0x5eed1234, func(i, j int) byte { return byte(0xd5 ^ (i*7 + j)) })
+}
+
+// writeRTPCaptureOf writes a pcap of n PCMA packets of stream ssrc, 20 ms
+// apart; byte j (12..171, after the RTP header) of packet i is payload(i, j).
+func writeRTPCaptureOf(path string, n int, ssrc uint32, payload func(i, j int) byte) error {
 	var b bytes.Buffer
 	le := binary.LittleEndian
 	hdr := make([]byte, 24)
@@ -486,9 +496,9 @@ func writeRTPCapture(path string, n int) error {
 		}
 		binary.BigEndian.PutUint16(rtp[2:], uint16(1000+i))
 		binary.BigEndian.PutUint32(rtp[4:], uint32(160*i))
-		binary.BigEndian.PutUint32(rtp[8:], 0x5eed1234)
+		binary.BigEndian.PutUint32(rtp[8:], ssrc)
 		for j := 12; j < len(rtp); j++ {
-			rtp[j] = byte(0xd5 ^ (i*7 + j))
+			rtp[j] = payload(i, j)
 		}
 		udp := make([]byte, 8, 8+len(rtp))
 		binary.BigEndian.PutUint16(udp[0:], 6000)

@@ -132,6 +132,7 @@ func (t *Table) tenantRoutes(res *Result, ti *tenantInfo, nums []string) {
 		return
 	}
 	d := route.Destination
+	res.Record = route.Record
 	res.step(StepRoute, fmt.Sprintf("inbound route %s: %s %s", route.Name, d.Type, d.Target))
 	t.deliver(res, ti, d)
 }

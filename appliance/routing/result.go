@@ -34,6 +34,7 @@ const (
 	StepVoicemail = "voicemail"
 	StepHangup    = "hangup"
 	StepExternal  = "external"
+	StepRecord    = "record" // the recording policy's decision, at answer
 )
 
 // Result is a routing decision.
@@ -58,6 +59,10 @@ type Result struct {
 	Status int    // KindReject: 4xx-6xx
 	Cause  string // KindReject: CauseNoRoute, CauseRejected
 	Reason string // KindReject: for the log and the call record
+
+	// Record is the matched InboundRoute's `record` (the recording
+	// policy's first level); nil when it says nothing.
+	Record *bool
 
 	// Steps say what routing did, in order (the call record's steps[]).
 	Steps []Step

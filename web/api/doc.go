@@ -17,7 +17,9 @@
 //
 // A nil component in Backends means the component is not running; its
 // routes answer 404 not_found saying so, after authentication and scope
-// checks. Recordings, voicemail and mobile devices have no component yet
-// and always answer that way; with api.recordings.presign set every
-// recording audio request answers 500.
+// checks. Recordings run only when recording is on somewhere; voicemail
+// and mobile devices have no component yet and always answer that way.
+// With api.recordings.presign set every recording audio request answers
+// 500; otherwise the audio is served with Range requests and an ETag from
+// its sha256.
 package api

@@ -97,6 +97,7 @@ func (h *Handler) status(w http.ResponseWriter, r *http.Request, _ Query) error 
 	if !p.Restricted() {
 		st.CallsActive += snap.Shared.CallsActive
 		st.Registrations += snap.Shared.Registrations
+		st.Uploads = snap.Uploads
 	}
 	return WriteJSON(w, http.StatusOK, st)
 }
@@ -369,15 +370,11 @@ func (h *Handler) liftBan(w http.ResponseWriter, r *http.Request, _ Query) error
 	return nil
 }
 
-func (h *Handler) recordings(w http.ResponseWriter, r *http.Request, _ Query) error {
-	return NotRunning("recording")
-}
-
 func (h *Handler) recordingAudio(w http.ResponseWriter, r *http.Request, _ Query) error {
 	if h.presign {
 		return Internal(errors.New("recording audio with api.recordings.presign set: presigned downloads are not available"))
 	}
-	return NotRunning("recording")
+	return h.serveRecordingAudio(w, r)
 }
 
 func (h *Handler) voicemail(w http.ResponseWriter, r *http.Request, _ Query) error {

@@ -147,7 +147,7 @@ func (h *Handler) Resources() []Resource {
 		}},
 		{"/recordings", []Route{
 			{Method: get, Pattern: "/", Scope: ScopeRecordings, Query: recordingParams, Handle: h.recordings},
-			{Method: get, Pattern: "/{tenant}/{id}", Scope: ScopeRecordings, Handle: h.recordings},
+			{Method: get, Pattern: "/{tenant}/{id}", Scope: ScopeRecordings, Handle: h.recordingGet},
 			{Method: get, Pattern: "/{tenant}/{id}/audio", Scope: ScopeRecordings, Handle: h.recordingAudio},
 		}},
 		{"/voicemail", []Route{

@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 
 	"pbx/appliance/cdr"
+	"pbx/appliance/recording"
 )
 
 // ErrNotFound is what a component returns for an id it does not know; the
@@ -61,6 +63,15 @@ type CallLog interface {
 	Get(ctx context.Context, tenant string, id cdr.ID) (*cdr.Record, error)
 }
 
+// RecordingSource lists, reads and opens recordings. *recording.Store
+// implements it; errors follow the call log's (cdr.ErrNotFound, ...).
+type RecordingSource interface {
+	List(ctx context.Context, q recording.Query) (recording.Page, error)
+	Get(ctx context.Context, tenant, id string) (*recording.Sidecar, error)
+	// Open returns the audio (a WAV) with its sidecar; the caller closes it.
+	Open(ctx context.Context, tenant, id string) (io.ReadSeekCloser, *recording.Sidecar, error)
+}
+
 // Backends are the components the handlers consume. A nil field means the
 // component is not running.
 type Backends struct {
@@ -75,4 +86,5 @@ type Backends struct {
 	Media         MediaSource
 	SIP           SIPSource
 	CallLogStats  CallLogStatsSource
+	Recordings    RecordingSource // nil unless recording is on somewhere
 }

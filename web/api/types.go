@@ -16,6 +16,16 @@ type Status struct {
 	// what), e.g. call records that cannot be written on a full disk.
 	Degraded bool     `json:"degraded"`
 	Problems []string `json:"problems"`
+	// Uploads is the recording upload queue, when recordings go to S3;
+	// shown to tokens that see every tenant.
+	Uploads *UploadQueue `json:"uploads,omitempty"`
+}
+
+// UploadQueue is the recording upload queue's state.
+type UploadQueue struct {
+	Pending    int   `json:"pending"`      // jobs waiting or running
+	OldestAgeS int64 `json:"oldest_age_s"` // age of the oldest pending job
+	Failed     int   `json:"failed"`       // jobs moved to uploads/failed since start
 }
 
 // TrunkCounts counts trunks by registration state.
@@ -39,6 +49,8 @@ type StatusSnapshot struct {
 	// Problems are process-wide conditions that make the status degraded,
 	// one line each, naming no tenant.
 	Problems []string
+	// Uploads is the recording upload queue; nil when there is none.
+	Uploads *UploadQueue
 }
 
 // Counts are the activity counters of one tenant (or of no tenant).

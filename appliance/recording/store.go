@@ -1,0 +1,352 @@
+package recording
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"pbx/appliance/cdr"
+	"pbx/rtpcore"
+)
+
+// Directories under the data directory.
+const (
+	recordingsDir = "recordings"
+	inflightDir   = "inflight"
+)
+
+// sampleRate is the rate of G.711, the only codecs the PBX carries.
+const sampleRate = 8000
+
+// Options configure a Store.
+type Options struct {
+	DataDir string
+	// Location is a tenant's time zone (day directories are the tenant's
+	// local date at the call's start); nil means UTC.
+	Location func(tenant string) *time.Location
+	// CursorKey signs listing cursors; empty means a random key (cursors
+	// then do not survive a restart).
+	CursorKey []byte
+	// QueueSize is how many packets per direction may wait for the writer
+	// before the tap drops them; 0 means 250 (5 s of 20 ms packets).
+	QueueSize int
+	// DrainEvery is how often the writer takes the queued packets (in a
+	// batch, so the relay does not wake it for every packet); 0 means
+	// 200 ms.
+	DrainEvery time.Duration
+	// FlushEvery is how often audio is handed to the kernel (so a killed
+	// process loses little more than this); 0 means 400 ms.
+	FlushEvery time.Duration
+	// Enqueue, when set, is told of every finished recording (its sidecar
+	// and the paths of its two files) once the sidecar is on disk, before
+	// the in-flight description goes: an upload queue writes its job
+	// there. It must be idempotent (recovery may repeat it).
+	Enqueue func(sc *Sidecar, audio, sidecar string) error
+	// Describe, when set, tells recovery what it knows of the call with
+	// id (from its call record), for a WAV found without a sidecar or an
+	// in-flight description.
+	Describe func(id string) (Sidecar, bool)
+	// Fetch, when set, reads a recording's audio from the object store
+	// when its local copy was removed after upload (keepLocal false).
+	Fetch func(ctx context.Context, sc *Sidecar) (io.ReadCloser, error)
+}
+
+// Store keeps the recordings under <dataDir>/recordings.
+type Store struct {
+	opts     Options
+	root     string // <dataDir>/recordings
+	inflight string
+	log      *slog.Logger
+	wg       sync.WaitGroup // the writer loop and recordings being finished
+
+	mu        sync.Mutex
+	active    map[*Recorder]bool
+	nextSlice int
+	looping   bool // the writer loop runs
+}
+
+// New returns the store, creating its directories.
+func New(opts Options, log *slog.Logger) (*Store, error) {
+	if opts.DataDir == "" {
+		return nil, errors.New("recording: no data directory")
+	}
+	if opts.Location == nil {
+		opts.Location = func(string) *time.Location { return time.UTC }
+	}
+	if len(opts.CursorKey) == 0 {
+		opts.CursorKey = make([]byte, 32)
+		_, _ = rand.Read(opts.CursorKey)
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = 250
+	}
+	if opts.DrainEvery <= 0 {
+		opts.DrainEvery = 200 * time.Millisecond
+	}
+	if opts.FlushEvery <= 0 {
+		opts.FlushEvery = 400 * time.Millisecond
+	}
+	s := &Store{opts: opts, root: filepath.Join(opts.DataDir, recordingsDir), log: log, active: map[*Recorder]bool{}}
+	s.inflight = filepath.Join(s.root, inflightDir)
+	if err := os.MkdirAll(s.inflight, 0o750); err != nil {
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	return s, nil
+}
+
+// Wait blocks until every recording stopped so far is finished on disk
+// (and, with none running, the writer loop has ended).
+func (s *Store) Wait() { s.wg.Wait() }
+
+// dayDir is the directory of a recording of tenant's call started at t.
+func (s *Store) dayDir(tenant string, t time.Time) string {
+	l := t.In(s.opts.Location(tenant))
+	return filepath.Join(s.root, fmt.Sprintf("%04d", l.Year()), fmt.Sprintf("%02d", int(l.Month())), fmt.Sprintf("%02d", l.Day()))
+}
+
+// Legs are the two RTP legs a recording taps: what the caller sends goes
+// left, what the far end sends goes right.
+type Legs struct {
+	Caller, Callee *rtpcore.Leg
+	PayloadType    uint8 // the first negotiated codec
+}
+
+// Recorder writes one call's recording.
+type Recorder struct {
+	s     *Store
+	wav   string
+	meta  string
+	taps  [2]*tapBuffer
+	untap [2]func()
+	slice int // which of the writer loop's slices serves it
+
+	mu        sync.Mutex // the writer loop or Stop's finishing
+	sc        Sidecar
+	f         *os.File
+	w         *rtpcore.WAVWriter
+	mix       *mixer
+	lastFlush time.Time
+	spare     [2]batch
+	stopped   bool
+	err       error
+}
+
+// Start begins recording the call described by sc (id, tenant, who; Start
+// is the call's start) from legs, bridged at instant at. The audio goes to
+// recordings/inflight/<id>.wav, beside <id>.json saying what the sidecar
+// will say, until Stop.
+func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
+	if err := cdr.ID(sc.ID).Validate(); err != nil {
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	if err := cdr.ValidateTenant(sc.Tenant); err != nil {
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	if legs.Caller == nil || legs.Callee == nil {
+		return nil, errors.New("recording: a leg is missing")
+	}
+	sc.Format = formatFor(legs.PayloadType, sampleRate)
+	r := &Recorder{s: s, sc: sc, lastFlush: at,
+		wav: filepath.Join(s.inflight, sc.ID+audioExt), meta: filepath.Join(s.inflight, sc.ID+sidecarExt)}
+	// What the sidecar will say goes first, so a crash always finds it.
+	if err := writeSidecar(r.meta, &r.sc); err != nil {
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	f, err := os.OpenFile(r.wav, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		os.Remove(r.meta)
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	if r.w, err = rtpcore.NewWAVWriter(f, sampleRate, 2); err != nil {
+		f.Close()
+		os.Remove(r.wav)
+		os.Remove(r.meta)
+		return nil, fmt.Errorf("recording: %w", err)
+	}
+	r.f = f
+	r.mix = newMixer(r.w, sampleRate, at)
+	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
+		r.taps[i] = &tapBuffer{max: s.opts.QueueSize}
+		r.untap[i] = leg.AddTap(r.taps[i])
+	}
+	s.mu.Lock()
+	r.slice = s.nextSlice
+	s.nextSlice = (s.nextSlice + 1) % drainSlices
+	s.active[r] = true
+	if !s.looping {
+		s.looping = true
+		s.wg.Add(1)
+		go s.loop()
+	}
+	s.mu.Unlock()
+	return r, nil
+}
+
+// drainSlices spreads the writer's work: every DrainEvery/drainSlices it
+// serves one slice of the running recordings, so each is drained every
+// DrainEvery and the relay never competes with one burst for them all.
+const drainSlices = 10
+
+// loop is the one writer of every running recording: it takes what the
+// taps collected (in batches, so the relay never wakes a writer per
+// packet) and hands audio to the kernel each FlushEvery, so a killed
+// process loses little. The header's sizes are patched only at the end;
+// recovery repairs them after a crash. It ends when no recording runs.
+func (s *Store) loop() {
+	defer s.wg.Done()
+	tick := time.NewTicker(max(s.opts.DrainEvery/drainSlices, time.Millisecond))
+	defer tick.Stop()
+	var rs []*Recorder
+	for n := 0; ; n++ {
+		<-tick.C
+		s.mu.Lock()
+		if len(s.active) == 0 {
+			s.looping = false
+			s.mu.Unlock()
+			return
+		}
+		rs = rs[:0]
+		for r := range s.active {
+			if r.slice == n%drainSlices {
+				rs = append(rs, r)
+			}
+		}
+		s.mu.Unlock()
+		now := time.Now()
+		for _, r := range rs {
+			r.mu.Lock()
+			if !r.stopped {
+				r.drain()
+				if r.err == nil && now.Sub(r.lastFlush) >= s.opts.FlushEvery {
+					r.err = r.w.FlushData()
+					r.lastFlush = now
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+}
+
+// drain writes the packets the taps collected since the last drain; r.mu
+// is held.
+func (r *Recorder) drain() {
+	for side := range r.taps {
+		got := r.taps[side].swap(r.spare[side])
+		if r.err == nil {
+			got.each(func(h rtpcore.Header, payload []byte, at time.Time) {
+				if r.err == nil {
+					r.err = r.mix.packet(side, h, payload, at)
+				}
+			})
+		}
+		r.spare[side] = got
+	}
+}
+
+// Stop ends the recording at instant end, with final's word on the call
+// (call_id, direction, who, end; id, tenant and start are kept). The
+// files are finished in the background; Store.Wait waits for them, and
+// done is called (if not nil) with the sidecar written or the error.
+func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)) {
+	for i := range r.untap {
+		r.untap[i]()
+	}
+	s := r.s
+	s.mu.Lock()
+	delete(s.active, r)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		r.mu.Lock()
+		r.stopped = true
+		r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
+		r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
+		r.drain()
+		err := errors.Join(r.err, r.finish(end))
+		sc := r.sc
+		r.mu.Unlock()
+		if done == nil {
+			return
+		}
+		if err != nil {
+			done(nil, err)
+			return
+		}
+		done(&sc, nil)
+	}()
+}
+
+// Dropped is the number of packets the taps dropped because the writer
+// lagged.
+func (r *Recorder) Dropped() uint64 {
+	return r.taps[Left].dropped.Load() + r.taps[Right].dropped.Load()
+}
+
+// finish finalises the header, fsyncs, moves the WAV to its day directory
+// and writes the sidecar there; then the in-flight description goes.
+func (r *Recorder) finish(end time.Time) error {
+	err := r.mix.finish(end)
+	if err == nil {
+		err = r.w.Flush()
+	}
+	if err == nil {
+		err = r.f.Sync()
+	}
+	_ = r.w.Close()
+	if cerr := r.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("recording %s: %w", r.sc.ID, err)
+	}
+	return r.s.promote(&r.sc, r.wav, r.meta)
+}
+
+// enqueue hands a finished recording to the upload queue, if any.
+func (s *Store) enqueue(sc *Sidecar, audio, sidecar string) error {
+	if s.opts.Enqueue == nil {
+		return nil
+	}
+	if err := s.opts.Enqueue(sc, audio, sidecar); err != nil {
+		return fmt.Errorf("recording %s: queue upload: %w", sc.ID, err)
+	}
+	return nil
+}
+
+// promote moves the finished WAV at wav to its day directory, writes its
+// sidecar there, and removes the in-flight description meta.
+func (s *Store) promote(sc *Sidecar, wav, meta string) error {
+	dir := s.dayDir(sc.Tenant, sc.Start)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	if err := digest(wav, sc); err != nil {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	dst := filepath.Join(dir, sc.ID+audioExt)
+	if err := os.Rename(wav, dst); err != nil {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	side := filepath.Join(dir, sc.ID+sidecarExt)
+	if err := writeSidecar(side, sc); err != nil {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	if err := s.enqueue(sc, dst, side); err != nil {
+		return err
+	}
+	if err := os.Remove(meta); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("recording %s: %w", sc.ID, err)
+	}
+	return nil
+}
