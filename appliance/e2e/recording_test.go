@@ -11,37 +11,19 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"pbx/rtpcore"
 )
 
 const recToken = "e2e-recordings-token-0123456789abcdef"
 
-// alawDecode is G.711 A-law to 16-bit linear (ITU-T reference), written
-// out here so the test does not trust the code it checks.
-func alawDecode(a byte) int16 {
-	a ^= 0x55
-	t := int(a&0x0F) << 4
-	seg := int(a&0x70) >> 4
-	switch seg {
-	case 0:
-		t += 8
-	case 1:
-		t += 0x108
-	default:
-		t += 0x108
-		t <<= seg - 1
-	}
-	if a&0x80 != 0 {
-		return int16(t)
-	}
-	return int16(-t)
-}
-
 // packetPCM is the little-endian PCM of packet i of a capture, as a
-// stereo WAV's channel would hold it once deinterleaved.
+// stereo WAV's channel would hold it once deinterleaved (rtpcore's A-law
+// tables are checked against the ITU-T reference in its own tests).
 func packetPCM(i int, payload func(i, j int) byte) []byte {
 	var b []byte
 	for j := 12; j < 12+160; j++ {
-		b = binary.LittleEndian.AppendUint16(b, uint16(alawDecode(payload(i, j))))
+		b = binary.LittleEndian.AppendUint16(b, uint16(rtpcore.AlawDecode(payload(i, j))))
 	}
 	return b
 }
