@@ -24,11 +24,20 @@ const (
 	// listeners (the kernel grants at most net.core.rmem_max/wmem_max).
 	UDPSocketBuffer = 4 << 20
 	// DefaultMaxServerTransactions caps the server transactions open at
-	// once when Options.MaxServerTransactions is 0. A UDP non-INVITE server
-	// transaction lives 64*T1 = 32 s after its final response (RFC 3261
-	// 17.2.2) and holds about 6 kB, so the cap bounds that memory near
-	// 120 MB; past it a new request is refused with 503.
-	DefaultMaxServerTransactions = 20000
+	// once when Options.MaxServerTransactions is 0; past it a new request is
+	// refused with 503. A transaction stays open while it is handled and then
+	// CompletedLinger to absorb retransmissions, so the cap admits about
+	// cap / CompletedLinger new transactions a second (40,000: 20,000
+	// REGISTERs with their challenges) and bounds their memory (about 6 kB
+	// each) near 1.2 GB whatever the flood.
+	DefaultMaxServerTransactions = 200000
+	// CompletedLinger is how long a non-INVITE server transaction outlives
+	// its final response over UDP (RFC 3261 17.2.2 Timer J, 64*T1 = 32 s).
+	// A client whose response was lost retransmits at most T2 (4 s) apart,
+	// so 5 s still absorbs the usual retransmission; one arriving later is
+	// handled as a new request, which for a REGISTER, an OPTIONS or a
+	// challenged request is what Kamailio's stateless replies do anyway.
+	CompletedLinger = 5 * time.Second
 	// RetryAfterOverload is the Retry-After, in seconds, of the 503 sent to a
 	// request refused past the transaction cap.
 	RetryAfterOverload = 10

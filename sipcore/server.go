@@ -103,6 +103,8 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
+	// sipgo reads Timer J when it creates a server transaction.
+	sip.Timer_J = CompletedLinger
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
 		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}
