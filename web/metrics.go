@@ -159,6 +159,9 @@ var (
 	descTCPAccErr   = prometheus.NewDesc("pbx_sip_tcp_accept_errors_total", "Failed accepts (EMFILE and the like), each retried after a pause.", nil, nil)
 	descTCPRefused  = prometheus.NewDesc("pbx_sip_tcp_refused_total", "SIP TCP connections closed on accept, by cap (total, per_source).", []string{"reason"}, nil)
 	descTCPClosed   = prometheus.NewDesc("pbx_sip_tcp_closed_total", "SIP TCP connections the PBX closed, by reason.", []string{"reason"}, nil)
+	descUpJobs      = prometheus.NewDesc("pbx_upload_queue_jobs", "Recording uploads waiting or running.", nil, nil)
+	descUpAge       = prometheus.NewDesc("pbx_upload_oldest_job_age_seconds", "Age of the oldest recording upload waiting.", nil, nil)
+	descUpFailed    = prometheus.NewDesc("pbx_upload_failed_total", "Recording uploads given up (moved to uploads/failed) since the start.", nil, nil)
 	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
 	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
 	descCDRPending  = prometheus.NewDesc("pbx_cdr_pending", "Call records waiting to be written (a full or failing disk).", nil, nil)
@@ -168,7 +171,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
 		descRTPPorts, descRTPExhaust, descRTPJitter, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
-		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descCDRCommits, descCDRSeconds, descCDRPending} {
+		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRPending} {
 		ch <- d
 	}
 }
@@ -267,6 +270,13 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 					counter(v.d, n, reason)
 				}
 			}
+		}
+	}
+	if b.Status != nil {
+		if snap, err := b.Status.Status(ctx); err == nil && snap.Uploads != nil {
+			gauge(descUpJobs, float64(snap.Uploads.Pending))
+			gauge(descUpAge, float64(snap.Uploads.OldestAgeS))
+			counter(descUpFailed, uint64(snap.Uploads.Failed))
 		}
 	}
 	if b.CallLogStats != nil {

@@ -29,6 +29,15 @@ func (fakeMedia) Media(context.Context) (api.MediaTotals, error) {
 		Jitter: api.Histogram{Buckets: map[float64]uint64{0.001: 1, 0.002: 2}, Count: 2, Sum: 0.003}}, nil
 }
 
+// fakeStatusUploads is the status of a PBX whose recordings go to S3.
+type fakeStatusUploads struct{ fakeStatus }
+
+func (f fakeStatusUploads) Status(ctx context.Context) (api.StatusSnapshot, error) {
+	s, err := f.fakeStatus.Status(ctx)
+	s.Uploads = &api.UploadQueue{Pending: 6, OldestAgeS: 120, Failed: 1}
+	return s, err
+}
+
 type fakeSIP struct{}
 
 func (fakeSIP) SIP(context.Context) (api.SIPStats, error) {
@@ -97,6 +106,7 @@ func TestMetrics(t *testing.T) {
 		o.Backends.Media = fakeMedia{}
 		o.Backends.CallLogStats = fakeCallLogStats{}
 		o.Backends.SIP = fakeSIP{}
+		o.Backends.Status = fakeStatusUploads{}
 	})
 	e.get("/v1/status", secretAdmin)
 	fams := scrape(t, e)
@@ -119,6 +129,9 @@ func TestMetrics(t *testing.T) {
 		{"pbx_rtp_jitter_seconds", nil, 2},
 		{"pbx_cdr_commits_total", nil, 7},
 		{"pbx_sip_transactions_open", nil, 12},
+		{"pbx_upload_queue_jobs", nil, 6},
+		{"pbx_upload_oldest_job_age_seconds", nil, 120},
+		{"pbx_upload_failed_total", nil, 1},
 		{"pbx_sip_refused_total", []string{"reason", "over_cap"}, 5},
 		{"pbx_sip_dropped_total", []string{"reason", "malformed"}, 7},
 		{"pbx_sip_tcp_connections", nil, 3},
