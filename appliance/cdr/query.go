@@ -3,10 +3,7 @@ package cdr
 import (
 	"container/heap"
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -361,56 +358,15 @@ func fingerprint(q Query) [8]byte {
 	return fp
 }
 
-const (
-	cursorVersion = 1
-	cursorMACLen  = 10
-)
-
-// encodeCursor: version(1) | start ms(8) | fingerprint(8) | id | mac.
+// encodeCursor is the listing's cursor after position p.
 func (s *Store) encodeCursor(p pos, fp [8]byte) string {
-	b := make([]byte, 0, 1+8+8+len(p.id)+cursorMACLen)
-	b = append(b, cursorVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(p.ms))
-	b = append(b, fp[:]...)
-	b = append(b, p.id...)
-	b = append(b, s.mac(b)...)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return Cursor{Key: s.opts.CursorKey}.Encode(p.ms, p.id, fp)
 }
 
-func (s *Store) mac(b []byte) []byte {
-	m := hmac.New(sha256.New, s.opts.CursorKey)
-	m.Write(b)
-	return m.Sum(nil)[:cursorMACLen]
-}
-
-// decodeCursor checks a cursor and returns its position. Any damage, any
-// edit, and a cursor made for another query give ErrBadCursor.
+// decodeCursor checks a cursor and returns its position.
 func (s *Store) decodeCursor(c string, fp [8]byte) (pos, error) {
-	if len(c) > 256 {
-		return pos{}, ErrBadCursor
-	}
-	for i := 0; i < len(c); i++ { // the decoder skips newlines; a cursor has none
-		ch := c[i]
-		if !(ch >= 'A' && ch <= 'Z' || ch >= 'a' && ch <= 'z' || ch >= '0' && ch <= '9' || ch == '-' || ch == '_') {
-			return pos{}, ErrBadCursor
-		}
-	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
-	if err != nil || len(b) < 1+8+8+1+cursorMACLen || b[0] != cursorVersion {
-		return pos{}, ErrBadCursor
-	}
-	body, tag := b[:len(b)-cursorMACLen], b[len(b)-cursorMACLen:]
-	if !hmac.Equal(tag, s.mac(body)) {
-		return pos{}, ErrBadCursor
-	}
-	if string(body[9:17]) != string(fp[:]) {
-		return pos{}, fmt.Errorf("%w: made for another query", ErrBadCursor)
-	}
-	p := pos{ms: int64(binary.BigEndian.Uint64(body[1:9])), id: ID(body[17:])}
-	if p.id.Validate() != nil {
-		return pos{}, ErrBadCursor
-	}
-	return p, nil
+	ms, id, err := Cursor{Key: s.opts.CursorKey}.Decode(c, fp)
+	return pos{ms: ms, id: id}, err
 }
 
 // run is one day's lines during a listing, in the merge heap.

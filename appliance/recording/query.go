@@ -2,10 +2,7 @@ package recording
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -403,49 +400,15 @@ func fingerprint(q Query) [8]byte {
 	return fp
 }
 
-const (
-	cursorVersion = 1
-	cursorMACLen  = 10
-)
-
-// encodeCursor: version(1) | start ms(8) | fingerprint(8) | id | mac, as
-// the call log's.
+// encodeCursor is the listing's cursor after position p, in the call log's
+// format.
 func (s *Store) encodeCursor(p pos, fp [8]byte) string {
-	b := make([]byte, 0, 1+8+8+len(p.id)+cursorMACLen)
-	b = append(b, cursorVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(p.ms))
-	b = append(b, fp[:]...)
-	b = append(b, p.id...)
-	b = append(b, s.mac(b)...)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func (s *Store) mac(b []byte) []byte {
-	m := hmac.New(sha256.New, s.opts.CursorKey)
-	m.Write(b)
-	return m.Sum(nil)[:cursorMACLen]
+	return cdr.Cursor{Key: s.opts.CursorKey}.Encode(p.ms, cdr.ID(p.id), fp)
 }
 
 // decodeCursor checks a cursor: any damage, any edit and a cursor of
 // another query give cdr.ErrBadCursor.
 func (s *Store) decodeCursor(c string, fp [8]byte) (pos, error) {
-	if len(c) > 256 {
-		return pos{}, cdr.ErrBadCursor
-	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(c)
-	if err != nil || strings.ContainsAny(c, "\r\n=") || len(b) < 1+8+8+1+cursorMACLen || b[0] != cursorVersion {
-		return pos{}, cdr.ErrBadCursor
-	}
-	body, tag := b[:len(b)-cursorMACLen], b[len(b)-cursorMACLen:]
-	if !hmac.Equal(tag, s.mac(body)) {
-		return pos{}, cdr.ErrBadCursor
-	}
-	if string(body[9:17]) != string(fp[:]) {
-		return pos{}, fmt.Errorf("%w: made for another query", cdr.ErrBadCursor)
-	}
-	p := pos{ms: int64(binary.BigEndian.Uint64(body[1:9])), id: string(body[17:])}
-	if cdr.ID(p.id).Validate() != nil {
-		return pos{}, cdr.ErrBadCursor
-	}
-	return p, nil
+	ms, id, err := cdr.Cursor{Key: s.opts.CursorKey}.Decode(c, fp)
+	return pos{ms: ms, id: string(id)}, err
 }
