@@ -156,16 +156,8 @@ type baresip struct {
 
 // startBaresip starts baresip registered as user (password user-secret) at
 // the PBX on UDP, sending tone (a WAV file) as its microphone.
-// baresipMWI loads baresip's mwi module, which subscribes to its account's
-// message-summary once registered (RFC 3842).
-const baresipMWI = "mwi"
-
-func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone string, features ...string) *baresip {
+func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone string) *baresip {
 	t.Helper()
-	mwiModule, mwiParam := "", ""
-	if slices.Contains(features, baresipMWI) {
-		mwiModule, mwiParam = "module_app\tmwi.so\n", ";mwi=yes"
-	}
 	bin := requireSoftphone(t, "baresip", "baresip")
 	dir := t.TempDir()
 	b := &baresip{dir: dir, recDir: filepath.Join(dir, "rec"), resp: map[string]map[string]any{}}
@@ -190,11 +182,11 @@ module	sndfile.so
 module_tmp	account.so
 module_app	menu.so
 module_app	ctrl_tcp.so
-%sctrl_tcp_listen	127.0.0.1:%d
+ctrl_tcp_listen	127.0.0.1:%d
 snd_path	%s
-`, sipPort, tone, rtp, rtp+19, modules, mwiModule, ctrlPort, b.recDir)
-	accounts := fmt.Sprintf("<sip:%s@127.0.0.1;transport=udp>;auth_pass=%s-secret;outbound=\"sip:127.0.0.1:%d;transport=udp\";regint=300%s;answermode=manual;audio_codecs=pcma,pcmu\n",
-		user, user, pbx.sipPort, mwiParam)
+`, sipPort, tone, rtp, rtp+19, modules, ctrlPort, b.recDir)
+	accounts := fmt.Sprintf("<sip:%s@127.0.0.1;transport=udp>;auth_pass=%s-secret;outbound=\"sip:127.0.0.1:%d;transport=udp\";regint=300;answermode=manual;audio_codecs=pcma,pcmu\n",
+		user, user, pbx.sipPort)
 	for name, body := range map[string]string{"config": config, "accounts": accounts, "contacts": ""} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)

@@ -279,25 +279,3 @@ func TestSoftphoneSHA256Digest(t *testing.T) {
 		t.Errorf("linphonec did not answer with SHA-256")
 	}
 }
-
-// TestSoftphoneMWI: stock baresip with its mwi module subscribes to its
-// message-summary once registered; with no voicemail yet the PBX answers
-// 489 Bad Event (RFC 6665: no such event package here).
-func TestSoftphoneMWI(t *testing.T) {
-	ports := newSoftphonePorts(t)
-	p := startPBX(t, pbxConfig{RTPMin: ports.rtpMin, RTPMax: ports.rtpMax}) // debug: refusals are logged there
-	dir := t.TempDir()
-	tone := filepath.Join(dir, "alice.wav")
-	writeToneWAV(t, tone, baresipTone, 5)
-	alice := startBaresip(t, p, ports, "alice", tone, baresipMWI)
-	alice.waitRegistered(t)
-	want := "method=SUBSCRIBE status=489"
-	waitFor(t, "baresip's SUBSCRIBE answered 489", stepTimeout, func() bool {
-		for _, l := range strings.Split(p.log.String(), "\n") {
-			if strings.Contains(l, `msg="sip request refused"`) && strings.Contains(l, want) {
-				return true
-			}
-		}
-		return false
-	})
-}
