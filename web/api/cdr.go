@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"time"
 
 	"pbx/appliance/cdr"
 )
@@ -12,14 +13,8 @@ import (
 func CDRQuery(q Query, p *Principal) (cdr.Query, error) {
 	var out cdr.Query
 	var err error
-	if out.From, err = q.Time("from"); err != nil {
+	if out.From, out.To, err = timeRange(q); err != nil {
 		return out, err
-	}
-	if out.To, err = q.Time("to"); err != nil {
-		return out, err
-	}
-	if out.From != nil && out.To != nil && out.To.Before(*out.From) {
-		return out, Invalid("to is before from")
 	}
 	dir, err := q.OneOf("direction", string(cdr.Inbound), string(cdr.Outbound), string(cdr.Internal))
 	if err != nil {
@@ -32,21 +27,45 @@ func CDRQuery(q Query, p *Principal) (cdr.Query, error) {
 	if out.Limit, err = q.Limit(cdr.DefaultLimit, cdr.MaxLimit); err != nil {
 		return out, err
 	}
-	out.Tenant = q.String("tenant")
-	if out.Tenant != "" && cdr.ValidateTenant(out.Tenant) != nil {
-		return out, Invalid("tenant: %q is not a tenant name", clip(out.Tenant))
+	if out.Tenant, out.Tenants, err = tenantScope(q, p); err != nil {
+		return out, err
 	}
 	out.Number = q.String("number")
 	out.Trunk = q.String("trunk")
 	out.Extension = q.String("extension")
 	out.Cursor = q.String("cursor")
-	if p != nil && p.Restricted() {
-		out.Tenants = append([]string(nil), p.Tenants...)
-		if out.Tenant != "" && !p.SeesTenant(out.Tenant) {
-			return out, Forbidden("tenant %q is outside this token's tenants", clip(out.Tenant))
-		}
-	}
 	return out, nil
+}
+
+// timeRange reads a listing's from and to, to not before from.
+func timeRange(q Query) (from, to *time.Time, err error) {
+	if from, err = q.Time("from"); err != nil {
+		return nil, nil, err
+	}
+	if to, err = q.Time("to"); err != nil {
+		return nil, nil, err
+	}
+	if from != nil && to != nil && to.Before(*from) {
+		return nil, nil, Invalid("to is before from")
+	}
+	return from, to, nil
+}
+
+// tenantScope reads a listing's ?tenant= and bounds it by p's tenants: the
+// tenants a restricted caller may see always limit the listing, and a
+// tenant outside them is forbidden.
+func tenantScope(q Query, p *Principal) (tenant string, tenants []string, err error) {
+	tenant = q.String("tenant")
+	if tenant != "" && cdr.ValidateTenant(tenant) != nil {
+		return "", nil, Invalid("tenant: %q is not a tenant name", clip(tenant))
+	}
+	if p != nil && p.Restricted() {
+		if tenant != "" && !p.SeesTenant(tenant) {
+			return "", nil, Forbidden("tenant %q is outside this token's tenants", clip(tenant))
+		}
+		tenants = append([]string(nil), p.Tenants...)
+	}
+	return tenant, tenants, nil
 }
 
 func (h *Handler) cdrList(w http.ResponseWriter, r *http.Request, q Query) error {

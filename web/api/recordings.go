@@ -14,31 +14,18 @@ import (
 func RecordingQuery(q Query, p *Principal) (recording.Query, error) {
 	var out recording.Query
 	var err error
-	if out.From, err = q.Time("from"); err != nil {
+	if out.From, out.To, err = timeRange(q); err != nil {
 		return out, err
-	}
-	if out.To, err = q.Time("to"); err != nil {
-		return out, err
-	}
-	if out.From != nil && out.To != nil && out.To.Before(*out.From) {
-		return out, Invalid("to is before from")
 	}
 	if out.Limit, err = q.Limit(cdr.DefaultLimit, cdr.MaxLimit); err != nil {
 		return out, err
 	}
-	out.Tenant = q.String("tenant")
-	if out.Tenant != "" && cdr.ValidateTenant(out.Tenant) != nil {
-		return out, Invalid("tenant: %q is not a tenant name", clip(out.Tenant))
+	if out.Tenant, out.Tenants, err = tenantScope(q, p); err != nil {
+		return out, err
 	}
 	out.Number = q.String("number")
 	out.Extension = q.String("extension")
 	out.Cursor = q.String("cursor")
-	if p != nil && p.Restricted() {
-		out.Tenants = append([]string(nil), p.Tenants...)
-		if out.Tenant != "" && !p.SeesTenant(out.Tenant) {
-			return out, Forbidden("tenant %q is outside this token's tenants", clip(out.Tenant))
-		}
-	}
 	return out, nil
 }
 
