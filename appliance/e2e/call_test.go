@@ -68,33 +68,7 @@ func callRecords(t *testing.T, dataDir string) []map[string]any {
 func TestCallBetweenExtensions(t *testing.T) {
 	for _, transport := range []string{"udp", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
-			p := startPBX(t, pbxConfig{})
-			dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
-			bobPort, alicePort := freePort(t), freePort(t)
-			registerSIPp(t, p, dir, transport, "bob", bobPort)
-
-			uasMedia, uacMedia := freePort(t), freePort(t)
-			uas := startSIPp(t, dir, "uas", 60*time.Second,
-				fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", "1",
-				"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(uasMedia), "-rtp_echo",
-				"-t", transportFlag(transport))
-			time.Sleep(300 * time.Millisecond) // let the UAS bind before the call reaches it
-			uac := startSIPp(t, dir, "uac", 60*time.Second,
-				fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_call.xml", "-inf", "alice.csv",
-				"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
-				"-m", "1", "-d", "3500", "-p", strconv.Itoa(alicePort), "-i", "127.0.0.1",
-				"-mi", "127.0.0.1", "-mp", strconv.Itoa(uacMedia), "-t", transportFlag(transport))
-			if code := uac.wait(); code != 0 {
-				t.Fatalf("caller: sipp exit %d\n%s\npbx log:\n%s", code, uac.errors(dir), tail(p.log.String(), 40))
-			}
-			if code := uas.wait(); code != 0 {
-				t.Fatalf("callee: sipp exit %d\n%s", code, uas.errors(dir))
-			}
-			p.stop()
-			recs := callRecords(t, p.dataDir)
-			if len(recs) != 1 {
-				t.Fatalf("want 1 call record, got %d", len(recs))
-			}
+			p, recs := sippCall(t, transport, "uac_call.xml")
 			r := recs[0]
 			if r["cause"] != "answered" || r["answered_by"] != "101" || r["direction"] != "internal" || r["answer"] == nil {
 				t.Errorf("record: %v", r)
@@ -105,6 +79,42 @@ func TestCallBetweenExtensions(t *testing.T) {
 			assertMediaRelayed(t, p, 100)
 		})
 	}
+}
+
+// sippCall runs one call over transport through a fresh PBX: SIPp registers
+// bob (101) and answers on his contact echoing RTP, and SIPp as alice calls
+// 101 with digest through the uac scenario for 3.5 s. It returns the stopped
+// PBX and the one call record it left.
+func sippCall(t *testing.T, transport, scenario string) (*pbxProc, []map[string]any) {
+	t.Helper()
+	p := startPBX(t, pbxConfig{})
+	dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	bobPort, alicePort := freePort(t), freePort(t)
+	registerSIPp(t, p, dir, transport, "bob", bobPort)
+
+	uasMedia, uacMedia := freePort(t), freePort(t)
+	uas := startSIPp(t, dir, "uas", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", "1",
+		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(uasMedia), "-rtp_echo",
+		"-t", transportFlag(transport))
+	time.Sleep(300 * time.Millisecond) // let the UAS bind before the call reaches it
+	uac := startSIPp(t, dir, "uac", 60*time.Second,
+		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", scenario, "-inf", "alice.csv",
+		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
+		"-m", "1", "-d", "3500", "-p", strconv.Itoa(alicePort), "-i", "127.0.0.1",
+		"-mi", "127.0.0.1", "-mp", strconv.Itoa(uacMedia), "-t", transportFlag(transport))
+	if code := uac.wait(); code != 0 {
+		t.Fatalf("caller: sipp exit %d\n%s\npbx log:\n%s", code, uac.errors(dir), tail(p.log.String(), 40))
+	}
+	if code := uas.wait(); code != 0 {
+		t.Fatalf("callee: sipp exit %d\n%s", code, uas.errors(dir))
+	}
+	p.stop()
+	recs := callRecords(t, p.dataDir)
+	if len(recs) != 1 {
+		t.Fatalf("want 1 call record, got %d", len(recs))
+	}
+	return p, recs
 }
 
 // assertMediaRelayed checks the PBX's end-of-call media counters: both legs

@@ -15,33 +15,7 @@ import (
 func TestLateOfferCall(t *testing.T) {
 	for _, transport := range []string{"udp", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
-			p := startPBX(t, pbxConfig{})
-			dir := scenarioDir(t, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
-			bobPort, alicePort := freePort(t), freePort(t)
-			registerSIPp(t, p, dir, transport, "bob", bobPort)
-
-			uasMedia, uacMedia := freePort(t), freePort(t)
-			uas := startSIPp(t, dir, "uas", 60*time.Second,
-				fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", "1",
-				"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(uasMedia), "-rtp_echo",
-				"-t", transportFlag(transport))
-			time.Sleep(300 * time.Millisecond) // let the UAS bind before the call reaches it
-			uac := startSIPp(t, dir, "uac", 60*time.Second,
-				fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_late_offer.xml", "-inf", "alice.csv",
-				"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
-				"-m", "1", "-d", "3500", "-p", strconv.Itoa(alicePort), "-i", "127.0.0.1",
-				"-mi", "127.0.0.1", "-mp", strconv.Itoa(uacMedia), "-t", transportFlag(transport))
-			if code := uac.wait(); code != 0 {
-				t.Fatalf("caller: sipp exit %d\n%s\npbx log:\n%s", code, uac.errors(dir), tail(p.log.String(), 40))
-			}
-			if code := uas.wait(); code != 0 {
-				t.Fatalf("callee: sipp exit %d\n%s", code, uas.errors(dir))
-			}
-			p.stop()
-			recs := callRecords(t, p.dataDir)
-			if len(recs) != 1 {
-				t.Fatalf("want 1 call record, got %d", len(recs))
-			}
+			p, recs := sippCall(t, transport, "uac_late_offer.xml")
 			if r := recs[0]; r["cause"] != "answered" || r["answered_by"] != "101" {
 				t.Errorf("record: %v", r)
 			}
