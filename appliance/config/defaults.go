@@ -37,7 +37,11 @@ const (
 	DefaultKeyPrefix       = "{tenant}/recordings/{yyyy}/{mm}/{dd}/{callid}.wav"
 	DefaultRoomServicePort = 5060
 	DefaultVoicemailCode   = "*97"
-	DefaultMediaTimeout    = 60 * time.Second
+	// DefaultVoicemailOtherCode asks for a mailbox number and its PIN.
+	DefaultVoicemailOtherCode = "*98"
+	// DefaultMaxMessages is a mailbox's quota.
+	DefaultMaxMessages  = 100
+	DefaultMediaTimeout = 60 * time.Second
 	// DefaultPortQuarantine rests a released RTP port briefly: with the
 	// default 10000-20000 range, 2,000 one-second calls a second fit.
 	DefaultPortQuarantine = 200 * time.Millisecond
@@ -185,6 +189,14 @@ func (c *Config) complete() {
 	for _, t := range c.Tenants {
 		if t.FeatureCodes.Voicemail == "" {
 			t.FeatureCodes.Voicemail = DefaultVoicemailCode
+		}
+		if t.FeatureCodes.VoicemailOther == "" {
+			t.FeatureCodes.VoicemailOther = DefaultVoicemailOtherCode
+		}
+		for i := range t.Mailboxes {
+			if t.Mailboxes[i].MaxMessages == 0 {
+				t.Mailboxes[i].MaxMessages = DefaultMaxMessages
+			}
 		}
 	}
 }

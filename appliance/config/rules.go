@@ -141,6 +141,8 @@ var rules = map[string]string{
 	"ringGroup.extensions":       "ring group without extensions or with an unknown one",
 	"mailbox.extension":          "mailbox without extension, twice, or for an unknown one",
 	"mailbox.pin":                "mailbox PIN not digits",
+	"mailbox.maxMessages":        "mailbox quota negative",
+	"moh.class":                  "mohClass names no class",
 	"mailbox.email":              "mailbox email not an address",
 	"account.password":           "account without password",
 	"account.extension":          "account extension missing or malformed",

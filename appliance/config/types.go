@@ -464,12 +464,16 @@ type Mailbox struct {
 	PIN        Secret   `yaml:"pin"`
 	Email      string   `yaml:"email"`
 	MaxMessage Duration `yaml:"maxMessage"`
-	Attach     *bool    `yaml:"attach"`
+	// MaxMessages is the mailbox's quota (default 100): a full mailbox
+	// says so and takes nothing.
+	MaxMessages int   `yaml:"maxMessages"`
+	Attach      *bool `yaml:"attach"`
 }
 
 // FeatureCodes are the codes an account dials for PBX features.
 type FeatureCodes struct {
-	Voicemail string `yaml:"voicemail"`
+	Voicemail      string `yaml:"voicemail"`      // own mailbox (default *97)
+	VoicemailOther string `yaml:"voicemailOther"` // asks for a mailbox and its PIN (default *98)
 }
 
 // Account is a SIP account; metadata.name is the SIP username.
@@ -484,6 +488,9 @@ type Account struct {
 	MaxContacts int      `yaml:"maxContacts"`
 	RingTimeout Duration `yaml:"ringTimeout"`
 	Voicemail   *bool    `yaml:"voicemail"`
+	// MOHClass is the music-on-hold class the account's callers hear
+	// when it holds them (default: the tenant's default class).
+	MOHClass string `yaml:"mohClass"`
 }
 
 // InboundRoute routes a tenant's number.
@@ -494,6 +501,8 @@ type InboundRoute struct {
 	DID         string      `yaml:"did"`
 	Destination Destination `yaml:"destination"`
 	Record      *bool       `yaml:"record"`
+	// MOHClass is the music-on-hold class for calls to this number.
+	MOHClass string `yaml:"mohClass"`
 }
 
 // Webhook is a tenant's webhook endpoint.

@@ -1001,9 +1001,21 @@ func (v *validator) tenant(t *Tenant) {
 			}
 		}
 		v.nonNegative(m, p+".maxMessage", "voicemail.negative", b.MaxMessage)
+		if b.MaxMessages < 0 {
+			v.errf(m, p+".maxMessages", "mailbox.maxMessages", "maxMessages is negative (%d)", b.MaxMessages)
+		}
 	}
-	if fc := t.FeatureCodes.Voicemail; strings.Trim(fc, "0123456789*#") != "" || fc == "" {
-		v.errf(m, "featureCodes.voicemail", "tenant.featureCode", "a feature code uses only digits, * and #, not %q", fc)
+	codes := []struct{ path, code string }{
+		{"featureCodes.voicemail", t.FeatureCodes.Voicemail},
+		{"featureCodes.voicemailOther", t.FeatureCodes.VoicemailOther},
+	}
+	for _, c := range codes {
+		if strings.Trim(c.code, "0123456789*#") != "" || c.code == "" {
+			v.errf(m, c.path, "tenant.featureCode", "a feature code uses only digits, * and #, not %q", c.code)
+		}
+	}
+	if t.FeatureCodes.Voicemail == t.FeatureCodes.VoicemailOther {
+		v.errf(m, "featureCodes.voicemailOther", "tenant.featureCode", "voicemail and voicemailOther are both %q", t.FeatureCodes.Voicemail)
 	}
 }
 
@@ -1172,7 +1184,32 @@ func (v *validator) webhook(w *Webhook) {
 
 // crossDocument runs the checks that compare documents: domains and DIDs claimed
 // twice across tenants.
+// mohClass checks that a named music-on-hold class exists in the tenant's
+// moh block or the System's.
+func (v *validator) mohClass(m *Meta, tenant, class string) {
+	if class == "" {
+		return
+	}
+	if s := v.cfg.System.MOH; s != nil {
+		if _, ok := s.Classes[class]; ok || class == "default" {
+			return
+		}
+	}
+	if t := v.tenants[tenant]; t != nil && t.MOH != nil {
+		if _, ok := t.MOH.Classes[class]; ok || class == "default" {
+			return
+		}
+	}
+	v.errf(m, "mohClass", "moh.class", "no music-on-hold class %q in Tenant/%s or the System", class, tenant)
+}
+
 func (v *validator) crossDocument() {
+	for _, a := range v.cfg.Accounts {
+		v.mohClass(&a.Meta, a.Tenant, a.MOHClass)
+	}
+	for _, r := range v.cfg.InboundRoutes {
+		v.mohClass(&r.Meta, r.Tenant, r.MOHClass)
+	}
 	domains := map[string]*Tenant{}
 	for _, t := range v.cfg.Tenants {
 		if t.Domain == "" {
