@@ -162,6 +162,14 @@ type Target struct {
 	RingTimeout time.Duration // 0 means Options.RingTimeout
 	CallerID    Identity
 	Meta        Meta
+	// App, when set, answers the call locally and runs it (app.go); Legs
+	// must then be empty.
+	App App
+	// Next, when set, is asked after every leg failed (busy, no answer,
+	// unavailable; never after the caller cancelled) what to do instead:
+	// another Target (a dial, or an App such as voicemail) or nil to give
+	// the caller the failure. It runs on the call's goroutine.
+	Next func(ctx context.Context, f Failure) *Target
 }
 
 // Decision is the Router's answer: Reject refuses the call, else Target
