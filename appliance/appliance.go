@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
 	"pbx/appliance/datadir"
+	"pbx/appliance/dialplan"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/appliance/recording"
@@ -124,7 +125,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	a.bus = events.New(0)
 	lv := live{a.bus}
 	// The guard always runs: disabled, it admits everything but still counts.
-	accounts := guard.AccountOptions{Tenant: sipDirectory{a.dir}.tenantOf}
+	accounts := guard.AccountOptions{Tenant: a.dir.SIPAccounts().TenantOf}
 	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts, OnBan: lv.ban, OnLift: lv.lift}, log.With("component", "guard")); err != nil {
 		return nil, fmt.Errorf("security: %w", err)
 	}
@@ -157,7 +158,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, fmt.Errorf("sip: %w", err)
 	}
 
-	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: sys.SIP.DigestAlgorithms}, sipDirectory{a.dir})
+	auth, err := registrar.NewAuth(registrar.AuthOptions{Algorithms: sys.SIP.DigestAlgorithms}, a.dir.SIPAccounts())
 	if err != nil {
 		return nil, err
 	}
@@ -186,30 +187,31 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if err != nil {
 		return nil, err
 	}
-	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
+	if a.trunks, err = trunk.New(dialplan.TrunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
-	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
+	rt := dialplan.New(dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits},
+		log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.rec != nil { // before the call log, which writes its record step
 		policy := recording.NewPolicy(cfg)
 		if a.upl != nil {
 			policy.LimitBacklog(sys.Recording.MaxPending, a.upl.Pending)
 		}
-		obs = append(obs, newCallRecorder(policy, a.rec, rt.steps, log.With("component", "recording")))
+		obs = append(obs, newCallRecorder(policy, a.rec, rt.Steps(), log.With("component", "recording")))
 	}
 	if a.cdr != nil {
-		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
+		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get})
 	}
-	obs = append(obs, rt.steps) // after the call log, which reads the steps
-	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
-	obs = append(obs, lv)       // publishes on the event bus; nothing else joins this chain
+	obs = append(obs, rt.Steps()) // after the call log, which reads the steps
+	obs = append(obs, a.limits)   // gives back the call limits reserved by Limiter.ReserveCall
+	obs = append(obs, lv)         // publishes on the event bus; nothing else joins this chain
 	if a.calls, err = b2bua.New(b2bua.Options{
 		SIP:           a.sip,
 		Media:         a.media,
 		Auth:          auth,
 		Router:        rt,
-		Identify:      rt.identify,
+		Identify:      rt.Identify,
 		Codecs:        codecs,
 		Observer:      obs,
 		MediaTimeout:  sys.Media.Timeout.D(),
@@ -399,26 +401,4 @@ func (a *Appliance) Close() error {
 		}
 	})
 	return errors.Join(errs...)
-}
-
-// trunkSpecs turns Trunk documents into what the trunk manager runs.
-func trunkSpecs(trunks []*config.Trunk) []trunk.Trunk {
-	out := make([]trunk.Trunk, 0, len(trunks))
-	for _, t := range trunks {
-		spec := trunk.Trunk{
-			Name: t.Name, Tenant: t.Tenant, Host: t.Host, Port: t.Port, SRV: !t.Meta.Has("port"), Transport: t.Transport, ListenerID: t.TransportID,
-			Username: t.Auth.Username, Password: t.Auth.Password.Reveal(),
-			Register: t.Registration.Enabled, Expiry: t.Registration.Expiry.D(), ContactUser: t.Registration.ContactUser,
-			AutoIPs: t.Inbound.AutoIPs,
-		}
-		for _, m := range t.Inbound.MatchIPs {
-			if p, err := netip.ParsePrefix(m); err == nil {
-				spec.MatchIPs = append(spec.MatchIPs, p)
-			} else if ip, err := netip.ParseAddr(m); err == nil {
-				spec.MatchIPs = append(spec.MatchIPs, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
-			}
-		}
-		out = append(out, spec)
-	}
-	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
+	"pbx/appliance/dialplan"
 	"pbx/appliance/recording"
 	"pbx/appliance/routing"
 	"pbx/appliance/upload"
@@ -129,14 +130,14 @@ func uploadTestKnobs(o upload.Options) upload.Options {
 type callRecorder struct {
 	policy *recording.Policy
 	store  *recording.Store
-	steps  *stepLog
+	steps  *dialplan.Steps
 	log    *slog.Logger
 
 	mu     sync.Mutex
 	active map[b2bua.CallID]*recording.Recorder
 }
 
-func newCallRecorder(p *recording.Policy, s *recording.Store, steps *stepLog, log *slog.Logger) *callRecorder {
+func newCallRecorder(p *recording.Policy, s *recording.Store, steps *dialplan.Steps, log *slog.Logger) *callRecorder {
 	return &callRecorder{policy: p, store: s, steps: steps, log: log, active: map[b2bua.CallID]*recording.Recorder{}}
 }
 
@@ -161,7 +162,7 @@ func (r *callRecorder) CallEvent(ev b2bua.Event) {
 				r.mu.Unlock()
 			}
 		}
-		r.steps.insertBeforeLast(c.ID, step)
+		r.steps.InsertBeforeLast(c.ID, step)
 	case b2bua.EventEnded:
 		r.mu.Lock()
 		rec, ok := r.active[c.ID]

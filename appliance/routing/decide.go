@@ -9,10 +9,9 @@ import (
 
 // SIP statuses routing answers with.
 const (
-	statusForbidden   = 403
-	statusNotFound    = 404
-	statusUnavailable = 480
-	statusDecline     = 603
+	statusForbidden = 403
+	statusNotFound  = 404
+	statusDecline   = 603
 )
 
 // InboundCall is a call that arrived on a trunk.
@@ -161,9 +160,9 @@ func (t *Table) deliver(res *Result, ti *tenantInfo, d config.Destination) {
 		}
 		res.Direction = dir
 	case config.DestVoicemail:
-		// 480 rather than 404: the mailbox exists, the service to deposit
-		// into it does not yet; a carrier may try again or elsewhere.
-		res.reject(statusUnavailable, CauseNoRoute, StepVoicemail, "voicemail is not available")
+		res.Kind, res.Extension = KindVoicemail, d.Target
+		res.Tenant, res.Domain = ti.name, ti.domain
+		res.step(StepVoicemail, "")
 	default: // queue, ivr
 		res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("destination type %s is not available", d.Type))
 	}
@@ -210,6 +209,15 @@ func (t *Table) FromAccount(tenant, username, user, host string) Result {
 			t.inside(&res, other, user)
 			return res
 		}
+	}
+	if user != "" && (user == ti.features.Voicemail || user == ti.features.VoicemailOther) {
+		// A feature code never leaves for a carrier.
+		res.Kind = KindVoicemailCheck
+		if a := ti.accounts[username]; a != nil && user == ti.features.Voicemail {
+			res.Extension = a.Extension
+		}
+		res.step(StepVoicemailCheck, "")
+		return res
 	}
 	if _, ok := ti.extensions[user]; ok {
 		t.deliverExtension(&res, ti, user)

@@ -16,14 +16,17 @@
 //     every call), or on a shared trunk the tenant that claims the number.
 //  3. That tenant's InboundRoutes for the number, ascending priority (ties
 //     by name); a route with did `*` catches the tenant's other numbers.
-//     Destinations: extension, ring_group, hangup (603) and external (the
-//     tenant's outbound routing) are delivered; voicemail is answered 480;
-//     queue and ivr 404. An unknown number is 404 with cause no_route.
+//     Destinations: extension, ring_group, hangup (603), external (the
+//     tenant's outbound routing) and voicemail (KindVoicemail: a deposit
+//     into the target extension's mailbox) are delivered; queue and ivr
+//  404. An unknown number is 404 with cause no_route.
 //
 // The number is the Request-URI user, then the To user; each is tried as
 // written and with its leading + added or removed.
 //
-// From an account: another tenant's extension@domain, ring group or DID is
+// From an account: the tenant's featureCodes.voicemail opens the caller's
+// own mailbox and featureCodes.voicemailOther a mailbox the caller names
+// (KindVoicemailCheck); a feature code never leaves on a trunk. Another tenant's extension@domain, ring group or DID is
 // an inter-tenant call, allowed only when the System ceiling and both
 // tenants allow it; the caller's own extensions, ring groups and DIDs stay
 // inside the tenant; anything else is outbound.

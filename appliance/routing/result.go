@@ -11,6 +11,12 @@ const (
 	KindRingGroup Kind = "ring_group" // ring a ring group's extensions
 	KindTrunk     Kind = "trunk"      // send the call out on a trunk
 	KindReject    Kind = "reject"     // answer with Status
+	// KindVoicemail deposits a message into Extension's mailbox.
+	KindVoicemail Kind = "voicemail"
+	// KindVoicemailCheck runs the mailbox menu: Extension's mailbox (the
+	// caller's own, dialled with featureCodes.voicemail), or the one the
+	// caller names when Extension is empty (featureCodes.voicemailOther).
+	KindVoicemailCheck Kind = "voicemail_check"
 )
 
 // Directions of a call, as on the call record.
@@ -32,9 +38,12 @@ const (
 	StepDial      = "dial"
 	StepRingGroup = "ring_group"
 	StepVoicemail = "voicemail"
-	StepHangup    = "hangup"
-	StepExternal  = "external"
-	StepRecord    = "record" // the recording policy's decision, at answer
+	// StepVoicemailCheck is a caller in a mailbox menu; its digits (the
+	// PIN) are never written to the call record.
+	StepVoicemailCheck = "voicemail_check"
+	StepHangup         = "hangup"
+	StepExternal       = "external"
+	StepRecord         = "record" // the recording policy's decision, at answer
 )
 
 // Result is a routing decision.

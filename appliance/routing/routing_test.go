@@ -23,8 +23,9 @@ func base() *config.Config {
 	c.System.Security.Limits.BlockedPrefixes = []string{"1900", "00882"}
 	c.Tenants = []*config.Tenant{
 		{Meta: meta(config.KindTenant, "acme", ""), Domain: "acme.test", AllowInterTenant: true,
-			CallerID:   config.CallerID{Number: "+15550100", Name: "Acme"},
-			RingGroups: []config.RingGroup{{Name: "sales", Extensions: []string{"100", "101"}, Strategy: config.StrategySequential}}},
+			FeatureCodes: config.FeatureCodes{Voicemail: "*97", VoicemailOther: "*98"},
+			CallerID:     config.CallerID{Number: "+15550100", Name: "Acme"},
+			RingGroups:   []config.RingGroup{{Name: "sales", Extensions: []string{"100", "101"}, Strategy: config.StrategySequential}}},
 		{Meta: meta(config.KindTenant, "beta", ""), Domain: "Beta.Test", AllowInterTenant: true,
 			Limits: &config.Limits{MaxConcurrentCalls: 5}},
 		{Meta: meta(config.KindTenant, "open", ""), Domain: "open.test",
@@ -154,7 +155,7 @@ func check(t *testing.T, r Result, kind Kind, tenant, target string, status int,
 		t.Errorf("tenant %q, want %q", r.Tenant, tenant)
 	}
 	switch kind {
-	case KindExtension:
+	case KindExtension, KindVoicemail, KindVoicemailCheck:
 		if r.Extension != target {
 			t.Errorf("extension %q, want %q", r.Extension, target)
 		}
@@ -197,7 +198,7 @@ func TestInboundRoutes(t *testing.T) {
 		{"ring group", "shared", []string{"+15550101"}, KindRingGroup, "acme", "sales", 0, "", "+15550101"},
 		{"hangup", "shared", []string{"+15550102"}, KindReject, "acme", "", 603, "hangup", "+15550102"},
 		{"external leaves on the tenant's route", "shared", []string{"+15550103"}, KindTrunk, "acme", "intl +44201234", 0, "", "+15550103"},
-		{"voicemail not yet", "shared", []string{"+15550104"}, KindReject, "acme", "", 480, "voicemail", "+15550104"},
+		{"voicemail", "shared", []string{"+15550104"}, KindVoicemail, "acme", "100", 0, "", "+15550104"},
 		{"queue", "shared", []string{"+15550105"}, KindReject, "acme", "", 404, "queue", "+15550105"},
 		{"ivr", "shared", []string{"+15550106"}, KindReject, "acme", "", 404, "ivr", "+15550106"},
 		{"shared trunk: the number decides", "shared", []string{"+15550200"}, KindExtension, "beta", "200", 0, "", "+15550200"},
@@ -313,6 +314,9 @@ func TestFromAccount(t *testing.T) {
 		{"unknown in other tenant", true, "acme", "999", "beta.test", KindReject, "acme", "", 404, "tenant beta has no extension", DirectionInternal},
 		{"anything else is outbound", true, "acme", "0044207", "acme.test", KindTrunk, "acme", "intl +44207", 0, "", DirectionOutbound},
 		{"unknown tenant", true, "nobody", "100", "", KindReject, "nobody", "", 403, "unknown tenant", DirectionInternal},
+		{"own mailbox code", true, "acme", "*97", "acme.test", KindVoicemailCheck, "acme", "100", 0, "", DirectionInternal},
+		{"other mailbox code asks", true, "acme", "*98", "", KindVoicemailCheck, "acme", "", 0, "", DirectionInternal},
+		{"a tenant's code is its own", true, "beta", "*97", "", KindTrunk, "beta", "fallback *97", 0, "", DirectionOutbound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

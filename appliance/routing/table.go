@@ -31,6 +31,7 @@ type tenantInfo struct {
 	routes      map[string][]*config.InboundRoute // by did, in order
 	outbound    routeSet
 	blocked     []string
+	features    config.FeatureCodes
 }
 
 // New compiles cfg, which must have passed validation.
@@ -50,6 +51,7 @@ func New(cfg *config.Config) *Table {
 			domain:      strings.ToLower(tc.Domain),
 			callerID:    tc.CallerID,
 			interTenant: tc.AllowInterTenant && cfg.System.AllowInterTenant,
+			features:    tc.FeatureCodes,
 			accounts:    map[string]*config.Account{},
 			extensions:  map[string]*config.Account{},
 			ringGroups:  map[string]*config.RingGroup{},

@@ -1,4 +1,4 @@
-package appliance
+package dialplan
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 // leg's routing steps to the call's, and its outcome lands on both; an
 // attended transfer, which routes nothing, gets its step from the event.
 func TestTransferSteps(t *testing.T) {
-	s := newStepLog()
+	s := NewSteps()
 	id := b2bua.NewCallID(time.Now())
-	s.put(id, []routing.Step{{Type: routing.StepRoute, Result: "matched"}, {Type: routing.StepDial}})
+	s.Put(id, []routing.Step{{Type: routing.StepRoute, Result: "matched"}, {Type: routing.StepDial}})
 	tr := &b2bua.Transfer{Kind: b2bua.TransferBlind, By: "101", To: "102"}
-	s.addTransfer(id, tr, []routing.Step{{Type: routing.StepDial}})
+	s.AddTransfer(id, tr, []routing.Step{{Type: routing.StepDial}})
 	done := *tr
 	done.Result, done.SIPStatus = b2bua.CauseBusy, 486
 	s.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: time.Now(), Call: b2bua.CallInfo{ID: id}, Transfer: &done})
-	got := s.get(id)
+	got := s.Get(id)
 	if len(got) != 4 {
 		t.Fatalf("steps %+v, want 4", got)
 	}
@@ -38,7 +38,7 @@ func TestTransferSteps(t *testing.T) {
 	}
 	att := &b2bua.Transfer{Kind: b2bua.TransferAttended, By: "100", To: "102", Result: b2bua.CauseAnswered}
 	s.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: time.Now(), Call: b2bua.CallInfo{ID: id}, Transfer: att})
-	got = s.get(id)
+	got = s.Get(id)
 	if x := got[len(got)-1]; len(got) != 5 || x.Type != cdr.StepTransfer || x.Kind != "attended" || x.Result != "answered" {
 		t.Fatalf("steps %+v, want the attended transfer's step last", got)
 	}
@@ -59,7 +59,7 @@ func TestRouteTransfer(t *testing.T) {
 	if d.Reject != nil {
 		t.Fatalf("call refused: %+v", d.Reject)
 	}
-	first := len(r.steps.get(id))
+	first := len(r.steps.Get(id))
 
 	bob := b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Extension: "101"}
 	seq := sip.Uri{User: "seq", Host: "demo.test"}
@@ -71,7 +71,7 @@ func TestRouteTransfer(t *testing.T) {
 	if d.Target.CallerID.User != "101" || d.Target.Legs[1].Delay == 0 {
 		t.Errorf("caller id %+v, legs %+v: want bob presented and the group's sequence", d.Target.CallerID, d.Target.Legs)
 	}
-	st := r.steps.get(id)
+	st := r.steps.Get(id)
 	if len(st) < first+2 || st[first].Type != "transfer" || st[first].By != "101" || st[first].To != "seq" || st[len(st)-1].Type != routing.StepRingGroup {
 		t.Fatalf("steps %+v", st)
 	}

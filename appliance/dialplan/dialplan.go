@@ -1,4 +1,4 @@
-package appliance
+package dialplan
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
@@ -26,39 +25,69 @@ import (
 	"pbx/sipcore/trunk"
 )
 
-// router decides where a new call goes (routing.Table) and turns the
-// decision into legs: the registered contacts of an extension or of a ring
-// group's extensions, or one INVITE to a trunk. It also identifies trunks
-// by source address, and keeps each call's routing steps for its record.
-type router struct {
+// Dialplan decides where a new call goes (routing.Table) and turns the
+// decision into the steps b2bua runs: the registered contacts of an
+// extension or of a ring group's extensions, one INVITE to a trunk, or a
+// local application (voicemail). It also identifies trunks by source
+// address, and keeps each call's steps for its record.
+type Dialplan struct {
 	dir    *tenant.Directory
 	table  *routing.Table
 	reg    *registrar.Registrar
 	sip    *sipcore.Server
 	trunks *trunk.Manager
 	limits *guard.Limiter // security.limits; nil means none
-	steps  *stepLog
+	steps  *Steps
+	vm     Voicemail // nil: no voicemail
 	log    *slog.Logger
 	// nameFallback is the From display name when the caller has none
 	// (sip.contactUser).
 	nameFallback string
 }
 
-func newRouter(cfg *config.Config, dir *tenant.Directory, reg *registrar.Registrar, sip *sipcore.Server, trunks *trunk.Manager, limits *guard.Limiter, log *slog.Logger) *router {
-	r := &router{dir: dir, table: routing.New(cfg), reg: reg, sip: sip, trunks: trunks, limits: limits, steps: newStepLog(), log: log}
-	if cu := cfg.System.SIP.ContactUser; cu != nil {
+// Voicemail is the mailbox service calls are handed to (appliance/voicemail).
+type Voicemail interface {
+	// Mailbox reports whether tenant's extension has a mailbox that takes
+	// messages (voicemail on, a mailbox, the account's voicemail not off).
+	Mailbox(tenant, extension string) bool
+	// Deposit answers a call to take a message for the mailbox.
+	Deposit(tenant, extension string) b2bua.App
+	// Check runs the mailbox menu for caller: extension's mailbox, or the
+	// one the caller names when extension is empty.
+	Check(tenant, extension string, caller b2bua.Caller) b2bua.App
+}
+
+// Options are what a Dialplan routes with.
+type Options struct {
+	Config    *config.Config
+	Directory *tenant.Directory
+	Registrar *registrar.Registrar
+	SIP       *sipcore.Server
+	Trunks    *trunk.Manager
+	Limits    *guard.Limiter // security.limits; nil means none
+	Voicemail Voicemail      // nil: calls to voicemail are refused
+}
+
+// New returns a dial plan over o.
+func New(o Options, log *slog.Logger) *Dialplan {
+	r := &Dialplan{dir: o.Directory, table: routing.New(o.Config), reg: o.Registrar, sip: o.SIP, trunks: o.Trunks,
+		limits: o.Limits, steps: NewSteps(), vm: o.Voicemail, log: log}
+	if cu := o.Config.System.SIP.ContactUser; cu != nil {
 		r.nameFallback = *cu
 	}
 	return r
 }
 
-// identify trusts an INVITE from a trunk's source address without a
+// Steps is the log of each live call's steps, for its record.
+func (r *Dialplan) Steps() *Steps { return r.steps }
+
+// Identify trusts an INVITE from a trunk's source address without a
 // challenge. Any other INVITE must authenticate: it is challenged (407),
 // unless neither its From host nor its Request-URI host is a tenant's
 // domain, when no credentials could ever match and it is refused (403) at
 // once. A request with credentials or a room-service grant (X-Pbx-Token)
 // is left to those checks.
-func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
+func (r *Dialplan) Identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
 	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil || req.GetHeader("X-Pbx-Token") != nil {
 		return b2bua.Caller{}, false, nil
 	}
@@ -74,7 +103,7 @@ func (r *router) identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, b
 	return b2bua.Caller{}, false, nil
 }
 
-func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
+func (r *Dialplan) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 	var res routing.Result
 	if in.Transfer != nil {
 		r.transferor(in)
@@ -101,9 +130,9 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 		r.presented(in, dec.Target)
 	}
 	if in.Transfer != nil {
-		r.steps.addTransfer(in.ID, in.Transfer, res.Steps)
+		r.steps.AddTransfer(in.ID, in.Transfer, res.Steps)
 	} else {
-		r.steps.put(in.ID, res.Steps)
+		r.steps.Put(in.ID, res.Steps)
 	}
 	return dec
 }
@@ -111,7 +140,7 @@ func (r *router) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision {
 // transferor completes the identity of a phone that transferred the call
 // it answered (the b2bua knows its extension, not its account), so the
 // transfer's new leg is routed as a call from that account.
-func (r *router) transferor(in *b2bua.Inbound) {
+func (r *Dialplan) transferor(in *b2bua.Inbound) {
 	c := &in.Caller
 	if c.Kind != b2bua.KindEndpoint || c.Username != "" || c.Extension == "" {
 		return
@@ -124,7 +153,7 @@ func (r *router) transferor(in *b2bua.Inbound) {
 // dialled lists the numbers a trunk's INVITE may be for: the Request-URI
 // user, unless it is the trunk's own contact user (a carrier sending to the
 // registered Contact), then the To user.
-func (r *router) dialled(in *b2bua.Inbound) []string {
+func (r *Dialplan) dialled(in *b2bua.Inbound) []string {
 	var nums []string
 	ru := in.RequestURI.User
 	if tr, ok := r.trunks.Trunk(in.Caller.Trunk); !ok || (ru != tr.ContactUser && ru != tr.Username) {
@@ -133,7 +162,7 @@ func (r *router) dialled(in *b2bua.Inbound) []string {
 	return append(nums, in.To.User)
 }
 
-func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
+func (r *Dialplan) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	caller := in.Caller
 	meta := b2bua.Meta{Tenant: res.Tenant, Direction: res.Direction, DID: res.DID, Domain: res.Domain}
 	switch {
@@ -172,6 +201,16 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 		if acct != nil {
 			target.RingTimeout = acct.RingTimeout
 		}
+		if r.voicemailFor(res) {
+			if len(target.Legs) == 0 {
+				// No phone to ring: straight to the mailbox.
+				r.failLast(res, "no registered phone")
+				res.Steps = append(res.Steps, routing.Step{Type: routing.StepVoicemail})
+				target.App = r.vm.Deposit(res.Tenant, res.Extension)
+				return b2bua.Decision{Target: target}
+			}
+			target.Next = r.toVoicemail(in.ID, res.Tenant, res.Extension)
+		}
 		if len(target.Legs) == 0 {
 			r.failLast(res, "no registered phone")
 			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
@@ -204,6 +243,22 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
 				fmt.Errorf("no extension of ring group %s of tenant %s has a registered phone", g.Name, res.Tenant))
 		}
+	case routing.KindVoicemail:
+		if r.vm == nil || !r.vm.Mailbox(res.Tenant, res.Extension) {
+			r.failLast(res, "voicemail is not available")
+			// 480 rather than 404: the number exists, its mailbox does not
+			// take messages; a carrier may try again or elsewhere.
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+				fmt.Errorf("tenant %s: no mailbox takes messages for extension %s", res.Tenant, res.Extension))
+		}
+		target.App = r.vm.Deposit(res.Tenant, res.Extension)
+	case routing.KindVoicemailCheck:
+		if r.vm == nil || (res.Extension != "" && !r.vm.Mailbox(res.Tenant, res.Extension)) {
+			r.failLast(res, "no mailbox")
+			return rejectWith(target, sip.StatusNotFound, b2bua.CauseNoRoute,
+				fmt.Errorf("tenant %s: no mailbox for %q", res.Tenant, res.Extension))
+		}
+		target.App = r.vm.Check(res.Tenant, res.Extension, caller)
 	case routing.KindTrunk:
 		leg, err := r.trunkLeg(res, &target.CallerID)
 		if err != nil {
@@ -215,12 +270,34 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	return b2bua.Decision{Target: target}
 }
 
+// voicemailFor reports whether a call to res's extension falls back to
+// its mailbox. A transfer's target does not: the transferee was not
+// calling that mailbox.
+func (r *Dialplan) voicemailFor(res *routing.Result) bool {
+	return r.vm != nil && res.Kind == routing.KindExtension && r.vm.Mailbox(res.Tenant, res.Extension)
+}
+
+// toVoicemail is a dial's next step: a busy, unanswered or unreachable
+// extension hands the caller to its mailbox, and the call record shows the
+// dial's outcome, then the voicemail step.
+func (r *Dialplan) toVoicemail(id b2bua.CallID, tn, ext string) func(context.Context, b2bua.Failure) *b2bua.Target {
+	return func(_ context.Context, f b2bua.Failure) *b2bua.Target {
+		switch f.Cause {
+		case b2bua.CauseBusy, b2bua.CauseNoAnswer, b2bua.CauseFailed, b2bua.CauseRejected:
+		default:
+			return nil
+		}
+		r.steps.Next(id, f.Cause, cdr.Step{Type: routing.StepVoicemail, At: time.Now()})
+		return &b2bua.Target{App: r.vm.Deposit(tn, ext)}
+	}
+}
+
 // presented completes the caller identity once the legs are built (a
 // trunk's P-Asserted-Identity asserts only a configured name): with no
 // display name of its own the caller is presented as sip.contactUser. The
 // call record names the caller as its extension (or number) and the name
 // presented.
-func (r *router) presented(in *b2bua.Inbound, t *b2bua.Target) {
+func (r *Dialplan) presented(in *b2bua.Inbound, t *b2bua.Target) {
 	if t.CallerID.DisplayName == "" {
 		t.CallerID.DisplayName = r.nameFallback
 	}
@@ -236,7 +313,7 @@ func (r *router) presented(in *b2bua.Inbound, t *b2bua.Target) {
 // per-account limit is its own tenant's, also when it calls another
 // tenant. Concurrency limits answer 503 (the caller may try later),
 // outbound rate and minutes limits 403.
-func (r *router) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejection {
+func (r *Dialplan) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Rejection {
 	if r.limits == nil || res.Tenant == "" {
 		return nil
 	}
@@ -274,13 +351,13 @@ func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Deci
 }
 
 // failLast marks the last step as failed when the legs cannot be built.
-func (r *router) failLast(res *routing.Result, msg string) {
+func (r *Dialplan) failLast(res *routing.Result, msg string) {
 	if n := len(res.Steps); n > 0 {
 		res.Steps[n-1].Result, res.Steps[n-1].Error = b2bua.CauseFailed, msg
 	}
 }
 
-func (r *router) account(tn, ext string) *tenant.Account {
+func (r *Dialplan) account(tn, ext string) *tenant.Account {
 	t := r.dir.Get(tenant.ID(tn))
 	if t == nil {
 		return nil
@@ -291,7 +368,7 @@ func (r *router) account(tn, ext string) *tenant.Account {
 // callerID is who callees see: a carrier's caller as it came in, a phone as
 // its extension and display name (from its own tenant's domain), and on a
 // trunk the identity routing chose.
-func (r *router) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity {
+func (r *Dialplan) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity {
 	caller := in.Caller
 	if caller.Kind == b2bua.KindTrunk {
 		id := b2bua.Identity{User: in.From.User, DisplayName: in.FromName, Host: res.Domain}
@@ -319,7 +396,7 @@ func (r *router) callerID(in *b2bua.Inbound, res *routing.Result) b2bua.Identity
 // trunkLeg is the INVITE toward a trunk: sip:number@host:port through the
 // trunk's listener, with its credentials for a 401/407 and the configured
 // caller identity in P-Asserted-Identity.
-func (r *router) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTarget, error) {
+func (r *Dialplan) trunkLeg(res *routing.Result, id *b2bua.Identity) (b2bua.LegTarget, error) {
 	tr := res.Trunk
 	ep, err := r.sip.Endpoint(tr.Transport, tr.TransportID)
 	if err != nil {
@@ -369,99 +446,4 @@ func headerSafe(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// stepLog keeps each live call's routing steps until its record is written.
-type stepLog struct {
-	mu sync.Mutex
-	m  map[b2bua.CallID][]cdr.Step
-}
-
-func newStepLog() *stepLog { return &stepLog{m: map[b2bua.CallID][]cdr.Step{}} }
-
-func (s *stepLog) put(id b2bua.CallID, steps []routing.Step) {
-	now := time.Now()
-	out := make([]cdr.Step, 0, len(steps))
-	for i, st := range steps {
-		out = append(out, cdr.Step{ID: strconv.Itoa(i + 1), Type: st.Type, Skipped: st.Skipped, At: now, Result: st.Result, Error: st.Error})
-	}
-	s.mu.Lock()
-	s.m[id] = out
-	s.mu.Unlock()
-}
-
-// addTransfer appends a transfer step (kind, by, to) and the routing steps
-// of the transfer's new leg to call id's steps.
-func (s *stepLog) addTransfer(id b2bua.CallID, t *b2bua.Transfer, steps []routing.Step) {
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.m[id]
-	out = append(out, cdr.Step{ID: strconv.Itoa(len(out) + 1), Type: cdr.StepTransfer, At: now, Kind: t.Kind, By: t.By, To: t.To})
-	for _, st := range steps {
-		out = append(out, cdr.Step{ID: strconv.Itoa(len(out) + 1), Type: st.Type, Skipped: st.Skipped, At: now, Result: st.Result, Error: st.Error})
-	}
-	s.m[id] = out
-}
-
-// transferred records a transfer's outcome on its step, and on the steps
-// of its new leg that have none (the dial that failed or answered). An
-// attended transfer, which routes nothing, gets its step here.
-func (s *stepLog) transferred(ev b2bua.Event) {
-	t := ev.Transfer
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	steps := s.m[ev.Call.ID]
-	last := -1
-	for i := range steps {
-		if steps[i].Type == cdr.StepTransfer && steps[i].Result == "" {
-			last = i
-		}
-	}
-	if last < 0 {
-		steps = append(steps, cdr.Step{ID: strconv.Itoa(len(steps) + 1), Type: cdr.StepTransfer, At: ev.At, Kind: t.Kind, By: t.By, To: t.To})
-		last = len(steps) - 1
-	}
-	for i := last; i < len(steps); i++ {
-		if steps[i].Result == "" {
-			steps[i].Result = t.Result
-		}
-	}
-	s.m[ev.Call.ID] = steps
-}
-
-// insertBeforeLast adds st before the last step of call id (the dial or
-// ring group that created the far leg, which takes the call's outcome), or
-// appends it when there is none, and renumbers the ids.
-func (s *stepLog) insertBeforeLast(id b2bua.CallID, st cdr.Step) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	steps := s.m[id]
-	at := max(len(steps)-1, 0)
-	steps = append(steps[:at:at], append([]cdr.Step{st}, steps[at:]...)...)
-	for i := range steps {
-		steps[i].ID = strconv.Itoa(i + 1)
-	}
-	s.m[id] = steps
-}
-
-// get returns a copy of the steps of call id.
-func (s *stepLog) get(id b2bua.CallID) []cdr.Step {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]cdr.Step(nil), s.m[id]...)
-}
-
-// CallEvent forgets a call's steps once it ended; it runs after the call
-// log among the observers.
-func (s *stepLog) CallEvent(ev b2bua.Event) {
-	if ev.Kind == b2bua.EventTransfer && ev.Transfer != nil {
-		s.transferred(ev)
-		return
-	}
-	if ev.Kind == b2bua.EventEnded {
-		s.mu.Lock()
-		delete(s.m, ev.Call.ID)
-		s.mu.Unlock()
-	}
 }
