@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,5 +198,120 @@ func TestRecordingUploadSurvivesOutageAndSIGKILL(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(p.dataDir, "uploads", "failed")); len(ents) != 0 {
 		t.Errorf("uploads/failed has %d jobs", len(ents))
+	}
+}
+
+// TestUploadBacklogAndQuarantine: with the store down and maxPending 1, the
+// first recorded call queues its upload and the second is not recorded,
+// its record step saying why; after a restart with an unparsable job file
+// and a job whose audio vanished planted in uploads/pending, both end in
+// uploads/failed (nothing deleted, /v1/status counts them) while the real
+// recording still arrives once the store is back.
+func TestUploadBacklogAndQuarantine(t *testing.T) {
+	t.Setenv("PBX_TEST_UPLOAD_BACKOFF", "200ms")
+	s3 := uploadtest.Start(t)
+	s3.Stop()
+	api := freePort(t)
+	cfg := s3Config(s3, api, true)
+	cfg.Recording = strings.Replace(cfg.Recording, "    keepLocal: true\n", "    keepLocal: true\n    maxPending: 1\n", 1)
+	cfg.Tokens = "      - name: rec\n        token: " + recToken + "\n        scopes: [recordings:read, status:read, cdr:read]\n"
+	cfg.APIRate = 6000
+	p := startPBX(t, cfg)
+	c := apiClient{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", api), token: recToken}
+	recordedCall(t, p, 800)
+	pending := filepath.Join(p.dataDir, "uploads", "pending")
+	waitDir := func(dir string, n int, what string) []os.DirEntry {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			ents, _ := os.ReadDir(dir)
+			var jobs []os.DirEntry
+			for _, e := range ents {
+				if strings.HasSuffix(e.Name(), ".json") {
+					jobs = append(jobs, e)
+				}
+			}
+			if len(jobs) == n {
+				return jobs
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d job files, want %d; log:\n%s", what, len(jobs), n, tail(withoutDebug(p.log.String()), 30))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := waitDir(pending, 1, "first call's upload queued")
+	var job struct{ Keys struct{ Audio, Meta string } }
+	if b, err := os.ReadFile(filepath.Join(pending, first[0].Name())); err != nil || json.Unmarshal(b, &job) != nil || job.Keys.Audio == "" {
+		t.Fatalf("job file %s: %v %+v", first[0].Name(), err, job)
+	}
+	recordedCall(t, p, 800)
+	var list struct {
+		Records []struct{ ID string } `json:"records"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(list.Records) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("call records: %+v", list.Records)
+		}
+		time.Sleep(100 * time.Millisecond)
+		c.getJSON("/v1/cdr?tenant=demo", &list)
+	}
+	var armed, refused int
+	for _, r := range list.Records {
+		var rec struct {
+			Steps []struct{ Type, Result, Error string }
+		}
+		c.getJSON("/v1/cdr/demo/"+r.ID, &rec)
+		for _, s := range rec.Steps {
+			if s.Type != "record" {
+				continue
+			}
+			switch {
+			case s.Result == "disarmed by maxPending" && strings.Contains(s.Error, "maxPending is 1"):
+				refused++
+			case strings.HasPrefix(s.Result, "armed"):
+				armed++
+			}
+		}
+	}
+	if armed != 1 || refused != 1 {
+		t.Errorf("record steps: %d armed, %d refused by the backlog; records %+v", armed, refused, list.Records)
+	}
+	waitDir(pending, 1, "the second call queues nothing")
+
+	p.stop()
+	if err := os.WriteFile(filepath.Join(pending, "torn.json"), []byte(`{"id": "torn", "ten`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ghost := fmt.Sprintf(`{"id": "ghost", "tenant": "demo", "audio": %q, "sidecar": %q, "keys": {"audio": "demo/ghost.wav", "meta": "demo/ghost.json"}, "created_at": %q}`,
+		filepath.Join(p.dataDir, "recordings", "gone.wav"), filepath.Join(p.dataDir, "recordings", "gone.json"), time.Now().UTC().Format(time.RFC3339))
+	if err := os.WriteFile(filepath.Join(pending, "ghost.json"), []byte(ghost), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.start()
+	s3.Restart()
+	failed := waitDir(filepath.Join(p.dataDir, "uploads", "failed"), 2, "bad jobs quarantined")
+	names := []string{failed[0].Name(), failed[1].Name()}
+	if !slices.Contains(names, "torn.json") || !slices.Contains(names, "ghost.json") {
+		t.Errorf("uploads/failed holds %v", names)
+	}
+	if b, err := os.ReadFile(filepath.Join(p.dataDir, "uploads", "failed", "torn.json")); err != nil || string(b) != `{"id": "torn", "ten` {
+		t.Errorf("the torn job was not kept as it was: %q %v", b, err)
+	}
+	waitDir(pending, 0, "the real recording uploaded")
+	if a, _ := s3.Object(job.Keys.Audio); a == nil {
+		t.Errorf("the first call's recording is not in the store under %s", job.Keys.Audio)
+	}
+	var status struct {
+		Uploads *struct{ Pending, Failed int }
+	}
+	c.getJSON("/v1/status", &status)
+	if status.Uploads == nil || status.Uploads.Pending != 0 || status.Uploads.Failed != 2 {
+		t.Errorf("status uploads %+v, want 0 pending and 2 failed", status.Uploads)
+	}
+	log := withoutDebug(p.log.String())
+	if !strings.Contains(log, "upload job unreadable") || !strings.Contains(log, "ghost") {
+		t.Errorf("no error lines for the quarantined jobs; log:\n%s", tail(log, 30))
 	}
 }

@@ -472,6 +472,47 @@ func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
 	}
 }
 
+// TestDeadContactDoesNotHoldAnAnsweredCall: with a stale binding beside
+// the phone that answers at once, the caller hangs up within a second; the
+// silent loser is dropped once it is two seconds old (it never sent a
+// provisional, so it cannot be cancelled), and the call ends then, not
+// after 64*T1.
+func TestDeadContactDoesNotHoldAnAnsweredCall(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	dead, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, _, err := dead.ReadFromUDP(buf); err != nil {
+				return
+			}
+		}
+	}()
+	req := bob.RegisterRequest(600)
+	req.ReplaceHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: "bob", Host: "127.0.0.1", Port: dead.LocalAddr().(*net.UDPAddr).Port}})
+	if res, err := bob.SendAuth(ctxT(t), req); err != nil || res.StatusCode != 200 {
+		t.Fatalf("register dead contact: %v %v", res, err)
+	}
+	call, _ := answered(t, alice, bob, "102")
+	start := time.Now()
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ev := e.rec.ended(t)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the call ended %v after the hang-up, held by its silent leg", took)
+	}
+	if ev.Call.Cause != b2bua.CauseAnswered || len(ev.Call.Legs) != 2 {
+		t.Fatalf("ended %+v", ev.Call)
+	}
+}
+
 // TestInfoRelayedBothWays: DTMF INFO toward far ends without
 // telephone-event in their SDP is relayed as INFO, both ways.
 func TestInfoRelayedBothWays(t *testing.T) {

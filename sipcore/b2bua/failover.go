@@ -92,6 +92,9 @@ func (l *outLeg) invite(target *Target, last bool) (d *sipgo.DialogClientSession
 	opts := sipgo.AnswerOptions{OnResponse: func(r *sip.Response) error {
 		if r.IsProvisional() {
 			l.heard.Store(true)
+			if l.cancelWanted.Load() {
+				l.cancel() // cancelled before it was heard: CANCEL now
+			}
 		}
 		if r.IsProvisional() && r.StatusCode > 100 {
 			var desc *sdp.Description

@@ -46,12 +46,15 @@ type outLeg struct {
 	ep     sipcore.Endpoint
 	log    *slog.Logger
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	heard    atomic.Bool  // a provisional response arrived: CANCEL is possible
-	timedOut atomic.Bool  // the leg's own timeout cancelled it
-	sentAt   atomic.Int64 // unix nanoseconds the INVITE left; 0 before
-	timeout  time.Duration
+	ctx    context.Context
+	cancel context.CancelFunc
+	heard  atomic.Bool // a provisional response arrived: CANCEL is possible
+	// cancelWanted: the leg was cancelled before any response; its first
+	// provisional response sends the CANCEL.
+	cancelWanted atomic.Bool
+	timedOut     atomic.Bool  // the leg's own timeout cancelled it
+	sentAt       atomic.Int64 // unix nanoseconds the INVITE left; 0 before
+	timeout      time.Duration
 
 	media  *rtpcore.Leg
 	origin *sdp.Origin
@@ -103,12 +106,33 @@ func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Dura
 		// waits up to 64*T1 for one. A leg silent for a while (a dead
 		// contact) is dropped at once; a young one gets its CANCEL once its
 		// 100 arrives.
+		//
+		// A younger silent leg is cancelled at its first provisional
+		// response, or dropped once silentLeg old: a stale binding of a
+		// phone that re-registered from another port must not hold the
+		// call's end for 64*T1 after every other leg is done.
 		sent := l.sentAt.Load()
-		if !l.heard.Load() && sent != 0 && time.Since(time.Unix(0, sent)) > silentLeg {
+		if l.heard.Load() || sent == 0 {
+			cancel(nil)
+			return
+		}
+		age := time.Since(time.Unix(0, sent))
+		if age > silentLeg {
 			cancel(sipgo.WaitAnswerForceCancelErr)
 			return
 		}
-		cancel(nil)
+		if l.cancelWanted.Swap(true) {
+			return // already waiting
+		}
+		time.AfterFunc(silentLeg-age, func() {
+			if !l.heard.Load() {
+				cancel(sipgo.WaitAnswerForceCancelErr)
+			}
+			cancel(nil)
+		})
+		if l.heard.Load() { // a provisional arrived meanwhile
+			cancel(nil)
+		}
 	}
 	return l, nil
 }
