@@ -33,6 +33,10 @@ type Call struct {
 	m   *Manager
 	id  CallID
 	log *slog.Logger
+	// dialogKeys are the Manager's dialog-table keys that were ever
+	// pointed at this call (guarded by Manager.mu), so removing the call
+	// touches only its own entries.
+	dialogKeys []string
 
 	caller   *sipgo.DialogServerSession
 	callerEP sipcore.Endpoint

@@ -10,3 +10,10 @@ func SetRetransmitTimers(m *Manager, t1, t2 time.Duration) {
 
 // ParseDTMFInfo reads the digit and duration of a DTMF INFO body.
 var ParseDTMFInfo = parseDTMFInfo
+
+// DialogCount is the number of entries in m's dialog table.
+func DialogCount(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.dialogs)
+}

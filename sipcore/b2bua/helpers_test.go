@@ -341,3 +341,15 @@ func (w tlogWriter) Write(p []byte) (int, error) {
 func testLog(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tlogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+// noDialogsLeft waits until the manager's dialog table is empty.
+func (e *env) noDialogsLeft(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for b2bua.DialogCount(e.calls) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dialogs left in the manager", b2bua.DialogCount(e.calls))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

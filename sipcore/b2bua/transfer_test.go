@@ -215,6 +215,7 @@ func TestAttendedTransfer(t *testing.T) {
 	if tr.Kind != b2bua.TransferAttended || tr.By != "101" || tr.To != "103" {
 		t.Fatalf("transfer %+v", tr)
 	}
+	e.noDialogsLeft(t)
 }
 
 // TestReferSubFalse: a REFER with Refer-Sub: false (RFC 4488) gets a 202
@@ -248,6 +249,9 @@ func TestReferSubFalse(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCh(t, toCarol.Ended(), "bye to carol")
+	// Every call of the transfer is over: none of their dialogs is left
+	// in the manager's table.
+	e.noDialogsLeft(t)
 }
 
 // TestTransferToUnroutableTarget: a target the router refuses gets the
