@@ -105,18 +105,37 @@ type speaker struct {
 // playing stops it and is returned when it is one of stop ("" stops on
 // none; a key not in stop is dropped); 0 when everything played.
 func (sp *speaker) play(ctx context.Context, stop string, pieces ...[]int16) (rune, error) {
-	for _, pcm := range pieces {
+	d, _, err := sp.playAll(ctx, stop, pieces...)
+	return d, err
+}
+
+// playAll is play that also reports whether every piece was sent whole (a
+// key pressed just as the last one ended does not cut it).
+func (sp *speaker) playAll(ctx context.Context, stop string, pieces ...[]int16) (key rune, whole bool, err error) {
+	last := -1
+	for i, pcm := range pieces {
+		if len(pcm) > 0 {
+			last = i
+		}
+	}
+	for i, pcm := range pieces {
 		if len(pcm) == 0 {
 			continue
 		}
-		if d, err := sp.playOne(ctx, stop, pcm); d != 0 || err != nil {
-			return d, err
+		d, finished, err := sp.playOne(ctx, stop, pcm)
+		if err != nil {
+			return 0, false, err
+		}
+		if d != 0 {
+			return d, finished && i == last, nil
 		}
 	}
-	return 0, nil
+	return 0, true, nil
 }
 
-func (sp *speaker) playOne(ctx context.Context, stop string, pcm []int16) (rune, error) {
+// playOne plays pcm; finished reports that it was sent whole even when a
+// key came.
+func (sp *speaker) playOne(ctx context.Context, stop string, pcm []int16) (key rune, finished bool, err error) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -124,18 +143,18 @@ func (sp *speaker) playOne(ctx context.Context, stop string, pcm []int16) (rune,
 	for {
 		select {
 		case err := <-done:
-			return 0, playErr(ctx, err)
+			return 0, err == nil, playErr(ctx, err)
 		case d := <-sp.ch.Digits():
 			if !containsRune(stop, d) {
 				continue
 			}
 			cancel()
-			<-done
-			return d, nil
+			err := <-done
+			return d, err == nil, nil
 		case <-sp.ch.Done():
 			cancel()
 			<-done
-			return 0, errHangup
+			return 0, false, errHangup
 		}
 	}
 }

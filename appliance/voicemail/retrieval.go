@@ -224,11 +224,11 @@ func (r *retrieval) play(ctx context.Context) (state, error) {
 	if err != nil {
 		r.set.log().Warn("voicemail: message audio", "id", m.ID, "err", err)
 	}
-	d, err := r.sp.play(ctx, allKeys, append(pieces, audio)...)
+	d, whole, err := r.sp.playAll(ctx, allKeys, append(pieces, audio)...)
 	if err != nil {
 		return stEnd, err
 	}
-	if d == 0 {
+	if whole && len(audio) > 0 {
 		if err := r.set.Store.Save(r.tenant, r.box.Extension, m.ID); err != nil {
 			r.set.log().Warn("voicemail: save heard message", "id", m.ID, "err", err)
 		}
