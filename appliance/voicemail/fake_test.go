@@ -57,7 +57,7 @@ type fakeChannel struct {
 	endOnce sync.Once
 
 	mu     sync.Mutex
-	played []string        // prompt names; "audio:<n>" for other audio; "!" suffix: cut by a key
+	played []string          // prompt names; "audio:<n>" for other audio; "!" suffix: cut by a key
 	after  map[string]string // keys to press once the named prompt finished (used once)
 	hidden bool
 
@@ -101,11 +101,27 @@ func (f *fakeChannel) Play(ctx context.Context, pcm []int16) error {
 	default:
 	}
 	n := f.name(pcm)
-	if len(f.digits) > 0 {
-		<-ctx.Done()
+	// Real time, so that a key can cut long audio; a key already waiting
+	// cuts even a short prompt.
+	cut := func() {
 		f.mu.Lock()
 		f.played = append(f.played, n+"!")
 		f.mu.Unlock()
+	}
+	for len(f.digits) > 0 { // until the player took the key (and maybe ignored it)
+		select {
+		case <-ctx.Done():
+			cut()
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	t := time.NewTimer(time.Duration(len(pcm)) * time.Second / sampleRate)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		cut()
 		return ctx.Err()
 	}
 	f.mu.Lock()
@@ -224,7 +240,7 @@ func newTestEnv(t *testing.T, sys config.Voicemail) *testEnv {
 	t.Helper()
 	e := &testEnv{dir: t.TempDir(), prompts: newPrompts()}
 	st, err := Open(Options{DataDir: e.dir, MinMessage: sys.MinMessage.D(),
-		OnChange: func(tn, ext string) { e.mu.Lock(); e.changes = append(e.changes, tn+"/"+ext); e.mu.Unlock() },
+		OnChange:  func(tn, ext string) { e.mu.Lock(); e.changes = append(e.changes, tn+"/"+ext); e.mu.Unlock() },
 		OnDeposit: func(m Message) { e.mu.Lock(); e.deposit = append(e.deposit, m); e.mu.Unlock() },
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
