@@ -88,15 +88,11 @@ func (r *retrieval) ownAccount(extension string) bool {
 
 // login asks for the mailbox (when not given) and its PIN (when needed).
 func (r *retrieval) login(ctx context.Context) (state, error) {
-	timeout := r.set.inputTimeout()
 	for tries := 0; ; {
 		number := r.ext
 		if number == "" {
-			d, err := r.sp.say(ctx, "vm-enter-mailbox")
-			if err != nil {
-				return stEnd, err
-			}
-			if number, err = r.sp.entry(ctx, d, timeout); err != nil {
+			var err error
+			if number, err = r.ask(ctx, "vm-enter-mailbox"); err != nil {
 				return stEnd, err
 			}
 		}
@@ -105,11 +101,7 @@ func (r *retrieval) login(ctx context.Context) (state, error) {
 			r.box = box
 			return stCount, nil
 		}
-		d, err := r.sp.say(ctx, "vm-enter-pin")
-		if err != nil {
-			return stEnd, err
-		}
-		pin, err := r.sp.entry(ctx, d, timeout)
+		pin, err := r.ask(ctx, "vm-enter-pin")
 		if err != nil {
 			return stEnd, err
 		}
@@ -124,10 +116,23 @@ func (r *retrieval) login(ctx context.Context) (state, error) {
 			}
 			return stGoodbye, nil
 		}
-		if _, err := r.sp.say(ctx, "vm-wrong-pin"); err != nil {
+		if r.pending, err = r.sp.say(ctx, "vm-wrong-pin"); err != nil {
 			return stEnd, err
 		}
 	}
+}
+
+// ask plays a prompt (unless a key is already pending) and reads an entry
+// ended by '#' or a pause.
+func (r *retrieval) ask(ctx context.Context, name string) (string, error) {
+	d := r.take()
+	if d == 0 {
+		var err error
+		if d, err = r.sp.say(ctx, name); err != nil {
+			return "", err
+		}
+	}
+	return r.sp.entry(ctx, d, r.set.inputTimeout())
 }
 
 // count says how many new and saved messages there are.
