@@ -89,6 +89,9 @@ func (s *Store) Begin(m Message) (*Recorder, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("voicemail: %w", err)
 	}
+	if _, err := os.Stat(wav); err == nil {
+		return nil, fmt.Errorf("%w: message %s exists", ErrExists, m.ID)
+	}
 	if m.ReceivedAt.IsZero() {
 		m.ReceivedAt = s.opts.Now().UTC()
 	}

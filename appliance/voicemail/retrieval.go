@@ -88,6 +88,12 @@ func (r *retrieval) ownAccount(extension string) bool {
 
 // login asks for the mailbox (when not given) and its PIN (when needed).
 func (r *retrieval) login(ctx context.Context) (state, error) {
+	if _, ok := r.boxes[r.ext]; r.ext != "" && !ok {
+		// Routing sent the caller to a mailbox that does not exist: not
+		// the caller's failure.
+		r.set.log().Warn("voicemail: no such mailbox", "tenant", r.tenant, "mailbox", r.ext, "call", r.call.ID)
+		return stGoodbye, nil
+	}
 	for tries := 0; ; {
 		number := r.ext
 		if number == "" {

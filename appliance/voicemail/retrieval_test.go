@@ -369,3 +369,28 @@ func TestSpokenNumbersDatesTimes(t *testing.T) {
 		}
 	}
 }
+
+func TestLoginUnknownOwnMailboxIsNoAuthFailure(t *testing.T) {
+	e := newTestEnv(t, config.Voicemail{})
+	failures := 0
+	e.set.OnAuthFailure = func(b2bua.CallInfo, string, string) { failures++ }
+	r, ch := newSession(t, e, "250", "250")
+	if st := step(t, r.login); st != stGoodbye || failures != 0 || len(ch.played) != 0 {
+		t.Fatalf("state %d failures %d played %v", st, failures, ch.played)
+	}
+}
+
+func TestRetrievalWithoutPromptsStillWorks(t *testing.T) {
+	e := newTestEnv(t, config.Voicemail{})
+	e.prompts.skip = map[string]bool{}
+	for _, n := range []string{"vm-you-have", "vm-new", "vm-messages", "vm-menu", "vm-goodbye", "1", "vm-no-messages"} {
+		e.prompts.skip[n] = true
+	}
+	ch := newFake(t, e.prompts)
+	ch.call.Caller = b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "acme", Extension: "202"}
+	ch.press("#") // goodbye from the menu
+	runApp(t, NewRetrieval(e.set, "acme", boxes, "202"), ch)
+	if len(ch.played) != 0 {
+		t.Fatalf("played %v", ch.played)
+	}
+}

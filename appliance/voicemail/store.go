@@ -32,6 +32,9 @@ var (
 	// ErrInvalid is returned for a tenant, extension or id that is not a
 	// safe path component.
 	ErrInvalid = errors.New("voicemail: invalid name")
+	// ErrExists is returned by Begin for an id that already names a
+	// message (a call leaves at most one).
+	ErrExists = errors.New("voicemail: message exists")
 )
 
 // Message is a voicemail message's metadata (<id>.json).

@@ -209,3 +209,14 @@ func TestSweepAndJanitor(t *testing.T) {
 		t.Fatalf("a second sweep removed %d", n)
 	}
 }
+
+func TestBeginRefusesAnExistingMessage(t *testing.T) {
+	e := newTestEnv(t, config.Voicemail{})
+	m := e.put(t, "acme", "201", time.Now().UTC(), "1", 160)
+	if _, err := e.store.Begin(Message{ID: m.ID, Tenant: "acme", Extension: "201"}); !errors.Is(err, ErrExists) {
+		t.Fatalf("second Begin of %s: %v", m.ID, err)
+	}
+	if pcm, _ := e.store.Samples("acme", "201", m.ID); len(pcm) != 160 {
+		t.Fatalf("the message changed: %d samples", len(pcm))
+	}
+}
