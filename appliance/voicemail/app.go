@@ -140,11 +140,16 @@ func (sp *speaker) playOne(ctx context.Context, stop string, pcm []int16) (key r
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- sp.ch.Play(pctx, pcm) }()
+	digits := sp.ch.Digits()
 	for {
 		select {
 		case err := <-done:
 			return 0, err == nil, playErr(ctx, err)
-		case d := <-sp.ch.Digits():
+		case d, ok := <-digits:
+			if !ok {
+				digits = nil
+				continue
+			}
 			if !containsRune(stop, d) {
 				continue
 			}
@@ -198,15 +203,21 @@ func (sp *speaker) get(names ...string) [][]int16 {
 func (sp *speaker) key(ctx context.Context, timeout time.Duration) (rune, error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case d := <-sp.ch.Digits():
-		return d, nil
-	case <-t.C:
-		return 0, nil
-	case <-sp.ch.Done():
-		return 0, errHangup
-	case <-ctx.Done():
-		return 0, errHangup
+	digits := sp.ch.Digits()
+	for {
+		select {
+		case d, ok := <-digits:
+			if ok {
+				return d, nil
+			}
+			digits = nil // no more keys: wait out the timeout
+		case <-t.C:
+			return 0, nil
+		case <-sp.ch.Done():
+			return 0, errHangup
+		case <-ctx.Done():
+			return 0, errHangup
+		}
 	}
 }
 

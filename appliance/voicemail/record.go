@@ -49,13 +49,17 @@ func record(ctx context.Context, ch b2bua.Channel, rec *Recorder, lim limits) (k
 	frames, stop := ch.Listen()
 	defer stop()
 	var written int64
+	digits := ch.Digits()
 	for {
 		select {
 		case <-ctx.Done():
 			return keep, endHangup, nil
 		case <-ch.Done():
 			return keep, endHangup, nil
-		case d := <-ch.Digits():
+		case d, ok := <-digits:
+			if !ok {
+				digits = nil // no more keys; the audio goes on
+			}
 			if d == '#' {
 				return keep, endKey, nil
 			}

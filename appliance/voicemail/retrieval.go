@@ -3,6 +3,7 @@ package voicemail
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 
 	"pbx/appliance/config"
 	"pbx/sipcore/b2bua"
@@ -270,7 +271,8 @@ func (r *retrieval) messageMenu(ctx context.Context) (state, error) {
 		return stPlay, nil
 	case '7':
 		m := r.msgs[r.idx]
-		if err := r.set.Store.Delete(r.tenant, r.box.Extension, m.ID); err != nil {
+		// Gone already (deleted through the API meanwhile) is deleted.
+		if err := r.set.Store.Delete(r.tenant, r.box.Extension, m.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			return stEnd, err
 		}
 		r.msgs = append(r.msgs[:r.idx], r.msgs[r.idx+1:]...)
@@ -278,7 +280,7 @@ func (r *retrieval) messageMenu(ctx context.Context) (state, error) {
 		return stPlay, err
 	case '9':
 		m := &r.msgs[r.idx]
-		if err := r.set.Store.Save(r.tenant, r.box.Extension, m.ID); err != nil {
+		if err := r.set.Store.Save(r.tenant, r.box.Extension, m.ID); err != nil && !errors.Is(err, ErrNotFound) {
 			return stEnd, err
 		}
 		m.Folder = FolderSaved

@@ -394,3 +394,18 @@ func TestRetrievalWithoutPromptsStillWorks(t *testing.T) {
 		t.Fatalf("played %v", ch.played)
 	}
 }
+
+func TestDeleteOfAMessageAlreadyGone(t *testing.T) {
+	e := newTestEnv(t, config.Voicemail{})
+	m := e.put(t, "acme", "201", time.Now().UTC(), "1", 160)
+	r, ch := newSession(t, e, "201", "201")
+	r.box = boxes[0]
+	_ = r.load()
+	if err := e.store.Delete("acme", "201", m.ID); err != nil { // through the API, meanwhile
+		t.Fatal(err)
+	}
+	ch.press("7")
+	if st := step(t, r.messageMenu); st != stPlay || len(r.msgs) != 0 || !slices.Contains(ch.playedNames(), "vm-deleted") {
+		t.Fatalf("state %d, %d messages, played %v", st, len(r.msgs), ch.playedNames())
+	}
+}
