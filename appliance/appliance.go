@@ -23,6 +23,7 @@ import (
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
 	"pbx/appliance/upload"
+	"pbx/appliance/voicemail"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -57,6 +58,7 @@ type Appliance struct {
 	cdr    *cdr.Store
 	rec    *recording.Store // nil unless recording is on somewhere
 	upl    *upload.Queue    // nil unless recordings go to s3
+	vm     *voicemail.Store // nil unless a tenant has mailboxes
 	dir    *tenant.Directory
 	guard  *guard.Guard
 	limits *guard.Limiter
@@ -117,6 +119,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		}
 		if recording.Enabled(cfg) {
 			if a.rec, a.upl, err = newRecordings(dd, cfg, a.cdr, log.With("component", "recording")); err != nil {
+				return nil, err
+			}
+		}
+		if hasMailboxes(cfg) {
+			if a.vm, err = newVoicemail(dd, cfg, log.With("component", "voicemail")); err != nil {
 				return nil, err
 			}
 		}
@@ -241,6 +248,9 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.rec != nil {
 		backends.Recordings = a.rec
 	}
+	if a.vm != nil {
+		backends.Voicemail = a.vm
+	}
 	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
@@ -297,6 +307,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	}
 	if a.upl != nil {
 		g.Go(func() error { return a.upl.Run(gctx) })
+	}
+	if a.vm != nil {
+		g.Go(func() error { a.vm.Janitor(gctx, a.cfg.System.Voicemail.Retention.D()); return nil })
 	}
 	if a.web.Enabled() {
 		g.Go(func() error { return a.web.Run(gctx) })

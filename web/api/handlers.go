@@ -377,10 +377,6 @@ func (h *Handler) recordingAudio(w http.ResponseWriter, r *http.Request, _ Query
 	return h.serveRecordingAudio(w, r)
 }
 
-func (h *Handler) voicemail(w http.ResponseWriter, r *http.Request, _ Query) error {
-	return NotRunning("voicemail")
-}
-
 func (h *Handler) mobileDevices(w http.ResponseWriter, r *http.Request, _ Query) error {
 	return NotRunning("mobile")
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"strings"
 
 	"pbx/appliance/cdr"
 	"pbx/appliance/recording"
@@ -119,11 +118,6 @@ func (h *Handler) serveRecordingAudio(w http.ResponseWriter, r *http.Request) er
 	if sc == nil || sc.Tenant != tenant {
 		return NotFound("no recording %q in %q", clip(id), clip(tenant))
 	}
-	hd := w.Header()
-	hd.Set("Content-Type", "audio/wav")
-	if sc.SHA256 != "" && !strings.ContainsAny(sc.SHA256, "\"\r\n") {
-		hd.Set("ETag", `"`+sc.SHA256+`"`)
-	}
-	http.ServeContent(w, r, id+".wav", sc.End, f)
+	serveAudio(w, r, id+".wav", sc.SHA256, sc.End, f)
 	return nil
 }

@@ -151,10 +151,10 @@ func (h *Handler) Resources() []Resource {
 			{Method: get, Pattern: "/{tenant}/{id}/audio", Scope: ScopeRecordings, Handle: h.recordingAudio},
 		}},
 		{"/voicemail", []Route{
-			{Method: get, Pattern: "/", Scope: ScopeVoicemail, Query: voicemailParams, Handle: h.voicemail},
-			{Method: get, Pattern: "/{tenant}/{extension}/{id}", Scope: ScopeVoicemail, Handle: h.voicemail},
-			{Method: get, Pattern: "/{tenant}/{extension}/{id}/audio", Scope: ScopeVoicemail, Handle: h.voicemail},
-			{Method: del, Pattern: "/{tenant}/{extension}/{id}", Scope: ScopeVoicemailDelete, Action: "voicemail.delete", Handle: h.voicemail},
+			{Method: get, Pattern: "/", Scope: ScopeVoicemail, Query: voicemailParams, Handle: h.voicemailList},
+			{Method: get, Pattern: "/{tenant}/{extension}/{id}", Scope: ScopeVoicemail, Handle: h.voicemailGet},
+			{Method: get, Pattern: "/{tenant}/{extension}/{id}/audio", Scope: ScopeVoicemail, Handle: h.voicemailAudio},
+			{Method: del, Pattern: "/{tenant}/{extension}/{id}", Scope: ScopeVoicemailDelete, Action: "voicemail.delete", Handle: h.voicemailDelete},
 		}},
 		{"/security", []Route{
 			{Method: get, Pattern: "/bans", Scope: ScopeSecurity, Global: true, Handle: h.bans},

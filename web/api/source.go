@@ -87,4 +87,5 @@ type Backends struct {
 	SIP           SIPSource
 	CallLogStats  CallLogStatsSource
 	Recordings    RecordingSource // nil unless recording is on somewhere
+	Voicemail     VoicemailSource // nil unless a tenant has mailboxes
 }
