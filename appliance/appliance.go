@@ -197,8 +197,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.trunks, err = trunk.New(dialplan.TrunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
-	rt := dialplan.New(dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits},
-		log.With("component", "routing"))
+	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits}
+	if a.vm != nil && sys.Voicemail.Enabled {
+		dpOpts.Voicemail = newMailboxes(cfg, a.vm, noPrompts{}, onAuthFailure, log.With("component", "voicemail"))
+	}
+	rt := dialplan.New(dpOpts, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.rec != nil { // before the call log, which writes its record step
 		policy := recording.NewPolicy(cfg)
