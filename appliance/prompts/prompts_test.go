@@ -172,6 +172,14 @@ func TestDecodeWAVFormats(t *testing.T) {
 			}
 		}
 	}
+	// A streamed answer whose header carries no data length.
+	for _, size := range []uint32{0, 0xFFFFFFFF} {
+		w := makeWAV(24000, 1, 16, 1, [][]float64{left})
+		binary.LittleEndian.PutUint32(w[40:], size)
+		if x, _, err := DecodeWAV(w); err != nil || len(x) != len(left) {
+			t.Errorf("data length %#x: %d samples, %v", size, len(x), err)
+		}
+	}
 	if _, _, err := DecodeWAV([]byte("RIFF....WAVEjunk")); err == nil {
 		t.Error("garbage decoded")
 	}

@@ -27,11 +27,11 @@ func DecodeWAV(b []byte) ([]float64, int, error) {
 		id := string(b[p : p+4])
 		size := int(binary.LittleEndian.Uint32(b[p+4:]))
 		body := b[p+8:]
-		if size > len(body) || size < 0 {
-			if id != "data" {
-				return nil, 0, fmt.Errorf("chunk %q truncated: %w", id, ErrWAV)
-			}
-			size = len(body) // a streamed WAV whose header gives no length
+		if id == "data" && (size > len(body) || size == 0) {
+			size = len(body) // a streamed WAV whose header gives no length (0 or 0xFFFFFFFF)
+		}
+		if size > len(body) {
+			return nil, 0, fmt.Errorf("chunk %q truncated: %w", id, ErrWAV)
 		}
 		body = body[:size]
 		switch id {

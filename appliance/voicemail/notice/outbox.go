@@ -231,3 +231,19 @@ func (o *Outbox) due() ([]*Job, time.Time) {
 	slices.SortFunc(due, func(a, b *Job) int { return a.NextAttemptAt.Compare(b.NextAttemptAt) })
 	return due, next
 }
+
+// ConfigSettings is the Settings of the configuration in force: current
+// is called at every attempt, so a reload applies to queued notices.
+func ConfigSettings(current func() *config.Config) Settings {
+	return func(tenant string) *config.SMTP {
+		cfg := current()
+		if cfg == nil {
+			return nil
+		}
+		t := cfg.Tenant(tenant)
+		if t == nil {
+			return nil
+		}
+		return cfg.SMTPFor(t)
+	}
+}

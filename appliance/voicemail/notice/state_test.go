@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"pbx/appliance/config"
 )
 
 // clock is a settable time source.
@@ -113,5 +115,21 @@ func TestEnqueueRefusesWhatCannotBeSent(t *testing.T) {
 	}
 	if b.Pending() != 0 || len(b.jobFiles(t, "pending")) != 0 {
 		t.Error("a refused notice was written")
+	}
+}
+
+func TestConfigSettingsMergesTheTenantFieldByField(t *testing.T) {
+	cfg, rep, err := config.Load("../../config/testdata/good/full", config.Options{Getenv: func(string) string { return "" }})
+	if err != nil || !rep.OK() {
+		t.Fatalf("load: %v %v", err, rep)
+	}
+	get := ConfigSettings(func() *config.Config { return cfg })
+	s := get("acme")
+	if s == nil || s.Host != "mail.acme.example" || s.From != "voicemail@acme.example" || s.Security != "starttls" ||
+		s.Username != "pbx" || s.HELO != "pbx.example.com" || time.Duration(s.MaxAttach) != 2*time.Minute {
+		t.Errorf("acme's effective relay: %+v", s)
+	}
+	if get("no-such-tenant") != nil {
+		t.Error("an unknown tenant has a relay")
 	}
 }
