@@ -21,6 +21,9 @@ func (o *Outbox) attempt(ctx context.Context, j *Job) {
 			"message", j.Notice.MessageID, "attempts", j.Attempts+1)
 		return
 	}
+	if ctx.Err() != nil {
+		return // shutting down: not a failed attempt; the next start tries again
+	}
 	now := o.opts.Now()
 	j.Attempts++
 	j.LastError = err.Error()

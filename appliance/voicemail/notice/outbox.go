@@ -3,6 +3,7 @@ package notice
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -129,7 +130,8 @@ func (o *Outbox) quarantine(name string, cause error) {
 
 // Enqueue queues the notice of one message; when it returns nil the job
 // is on disk and will be sent, across restarts, until it succeeds or
-// gives up. A tenant without SMTP settings or a bad address is an error.
+// gives up. A notice of a message already waiting is not queued twice. A
+// tenant without SMTP settings or a bad address is an error.
 func (o *Outbox) Enqueue(n Notice) error {
 	if _, err := mail.ParseAddress(n.To); err != nil {
 		return fmt.Errorf("voicemail notice: mailbox email %q: %w", n.To, err)
@@ -137,9 +139,15 @@ func (o *Outbox) Enqueue(n Notice) error {
 	if s := o.opts.Settings(n.Tenant); s == nil || s.Host == "" {
 		return fmt.Errorf("voicemail notice: tenant %q has no SMTP relay configured", n.Tenant)
 	}
-	id, err := newID()
+	id, err := jobID(n)
 	if err != nil {
 		return err
+	}
+	o.mu.Lock()
+	_, dup := o.jobs[id]
+	o.mu.Unlock()
+	if dup {
+		return nil // the same message's notice is already queued
 	}
 	now := o.opts.Now().UTC()
 	j := &Job{ID: id, State: StatePending, Notice: n, CreatedAt: now, NextAttemptAt: now}
@@ -153,7 +161,14 @@ func (o *Outbox) Enqueue(n Notice) error {
 	return nil
 }
 
-func newID() (string, error) {
+// jobID names a notice's job after its message (tenant, extension,
+// message id), so that enqueueing the same message again while its
+// notice waits adds nothing; without a message id it is random.
+func jobID(n Notice) (string, error) {
+	if n.MessageID != "" {
+		h := sha256.Sum256([]byte(n.Tenant + "\x00" + n.Extension + "\x00" + n.MessageID))
+		return hex.EncodeToString(h[:12]), nil
+	}
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", fmt.Errorf("voicemail notice id: %w", err)
@@ -177,9 +192,9 @@ func (o *Outbox) Pending() int {
 	return len(o.jobs)
 }
 
-// Run sends due notices, one at a time, until ctx ends. A conversation in
-// progress is not cut when ctx ends: it finishes (within smtp.timeout) so
-// that a graceful stop never leaves a notice half sent.
+// Run sends due notices, one at a time, until ctx ends. Only the dial
+// heeds ctx: a conversation under way finishes (within smtp.timeout), so
+// a graceful stop never leaves a notice half sent.
 func (o *Outbox) Run(ctx context.Context) error {
 	for {
 		due, next := o.due()
@@ -187,7 +202,7 @@ func (o *Outbox) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return nil
 			}
-			o.attempt(context.WithoutCancel(ctx), j)
+			o.attempt(ctx, j)
 		}
 		if len(due) > 0 {
 			continue

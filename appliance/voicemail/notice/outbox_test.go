@@ -272,9 +272,9 @@ func TestMaxAttachAndMailboxAttachFalse(t *testing.T) {
 	b := openBox(t, dir, s, Options{})
 	long := testNotice(wav) // 42 s, over maxAttach
 	short := testNotice(wav)
-	short.Duration = 20 * time.Second
+	short.Duration, short.MessageID = 20*time.Second, "short"
 	off := short
-	off.NoAttach = true
+	off.NoAttach, off.MessageID = true, "off"
 	for _, n := range []Notice{long, short, off} {
 		if err := b.Enqueue(n); err != nil {
 			t.Fatal(err)

@@ -20,7 +20,7 @@ import (
 var ErrNoSTARTTLS = errors.New("the SMTP server does not offer STARTTLS (security: starttls); nothing was sent in clear")
 
 // deliver runs one SMTP conversation for m with settings s, the whole of
-// it bounded by s.Timeout. beforeData runs once MAIL and RCPT are
+// it bounded by s.Timeout; ctx can cancel the dial only. beforeData runs once MAIL and RCPT are
 // accepted, just before the DATA command; accepted reports whether the
 // server accepted the message (its reply to the final dot was 2xx), which
 // stays true even when the QUIT that follows fails.

@@ -133,3 +133,21 @@ func TestConfigSettingsMergesTheTenantFieldByField(t *testing.T) {
 		t.Error("an unknown tenant has a relay")
 	}
 }
+
+func TestEnqueueOfTheSameMessageIsIdempotentWhileQueued(t *testing.T) {
+	b := openBox(t, t.TempDir(), settingsFor(t, "127.0.0.1:1", "none"), Options{})
+	n := testNotice("")
+	for range 2 {
+		if err := b.Enqueue(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := n
+	other.Extension = "1002"
+	if err := b.Enqueue(other); err != nil {
+		t.Fatal(err)
+	}
+	if b.Pending() != 2 || len(b.jobFiles(t, "pending")) != 2 {
+		t.Errorf("%d jobs for two messages", b.Pending())
+	}
+}
