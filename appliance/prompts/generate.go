@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -56,8 +57,12 @@ type Provider struct {
 	Endpoint     string
 	Key          string // never logged nor put in an error
 	Model, Voice string
-	Client       *http.Client // default http.DefaultClient
+	Client       *http.Client // default: one with a 2-minute timeout per prompt
 }
+
+// defaultClient bounds each speech request, so a provider that stalls
+// ends the run with an error instead of hanging it.
+var defaultClient = &http.Client{Timeout: 2 * time.Minute}
 
 // maxSpeech bounds the audio a provider may return for one prompt.
 const maxSpeech = 64 << 20
@@ -90,7 +95,7 @@ func (p Provider) Synthesize(ctx context.Context, text string) ([]byte, error) {
 	}
 	c := p.Client
 	if c == nil {
-		c = http.DefaultClient
+		c = defaultClient
 	}
 	resp, err := c.Do(hr)
 	if err != nil {
