@@ -6,15 +6,16 @@ LDFLAGS := -s -w -X pbx/appliance/buildinfo.Version=$(VERSION)
 QUICKSTART := packaging/quickstart
 
 # Debian packages the tests drive as real peers: SIPp plays phones and carriers,
-# sipvicious (svcrack) the password guesser the security guard must ban.
-TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec chromium:chromium
+# sipvicious (svcrack) the password guesser the security guard must ban; espeak-ng
+# speaks the voicemail prompts for the prompt generator's test.
+TEST_DEBS := sip-tester:sipp sipvicious:svcrack baresip:baresip linphone-cli:linphonec chromium:chromium espeak-ng:espeak-ng
 # ... and what the benchmarks add: wrk loads the HTTP API.
 BENCH_DEBS := $(TEST_DEBS) wrk:wrk
 # ... and the reference bench-compare measures the PBX against: Kamailio and
 # rtpengine's userspace daemon.
 COMPARE_DEBS := sip-tester:sipp kamailio:kamailio rtpengine-daemon:rtpengine
 
-.PHONY: all build run test test-go test-deps bench-deps compare-deps test-package bench bench-compare lint package clean
+.PHONY: all build run test test-go test-deps bench-deps compare-deps test-package bench bench-compare lint package clean prompts
 
 all: build
 
@@ -22,6 +23,11 @@ build:
 	@mkdir -p bin
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pbx ./cmd/pbx
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pbxctl ./cmd/pbxctl
+
+# Rebuilds the embedded voicemail prompt set with the local espeak-ng (offline);
+# commit the WAV files it rewrites.
+prompts:
+	cd appliance/prompts && $(GO) generate
 
 # Runs the PBX on the bundled quickstart configuration: loopback only.
 run: build

@@ -52,6 +52,7 @@ repairs or re-indexes call records while the daemon is stopped.`,
 		manpage.Command(buildinfo.Version),
 		newReindexCmd(),
 		newRepairCmd(),
+		newPromptsCmd(),
 	)
 	return root
 }
