@@ -19,11 +19,13 @@ import (
 	"pbx/appliance/dialplan"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/prompts"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
 	"pbx/appliance/upload"
 	"pbx/appliance/voicemail"
+	"pbx/appliance/voicemail/notice"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -53,24 +55,25 @@ type Appliance struct {
 	log  *slog.Logger
 	cfg  *config.Config
 
-	lock   *datadir.Held
-	db     *db.DB
-	cdr    *cdr.Store
-	rec    *recording.Store // nil unless recording is on somewhere
-	upl    *upload.Queue    // nil unless recordings go to s3
-	vm     *voicemail.Store // nil unless a tenant has mailboxes
-	dir    *tenant.Directory
-	guard  *guard.Guard
-	limits *guard.Limiter
-	sip    *sipcore.Server
-	reg    *registrar.Registrar
-	media  *rtpcore.Engine
-	calls  *b2bua.Manager
-	trunks *trunk.Manager
-	web    *web.Server
-	bus    *events.Bus
-	src    *apiSources
-	closed sync.Once
+	lock    *datadir.Held
+	db      *db.DB
+	cdr     *cdr.Store
+	rec     *recording.Store // nil unless recording is on somewhere
+	upl     *upload.Queue    // nil unless recordings go to s3
+	vm      *voicemail.Store // nil unless a tenant has mailboxes
+	notices *notice.Outbox   // voicemail email notices; nil with vm
+	dir     *tenant.Directory
+	guard   *guard.Guard
+	limits  *guard.Limiter
+	sip     *sipcore.Server
+	reg     *registrar.Registrar
+	media   *rtpcore.Engine
+	calls   *b2bua.Manager
+	trunks  *trunk.Manager
+	web     *web.Server
+	bus     *events.Bus
+	src     *apiSources
+	closed  sync.Once
 }
 
 // New builds every part from cfg: it takes the data directory, recovers call records
@@ -123,7 +126,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 		}
 		if hasMailboxes(cfg) {
-			if a.vm, err = newVoicemail(dd, cfg, log.With("component", "voicemail")); err != nil {
+			if a.vm, a.notices, err = newVoicemail(dd, cfg, nil, log.With("component", "voicemail")); err != nil {
 				return nil, err
 			}
 		}
@@ -199,7 +202,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	}
 	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits}
 	if a.vm != nil && sys.Voicemail.Enabled {
-		dpOpts.Voicemail = newMailboxes(cfg, a.vm, noPrompts{}, onAuthFailure, log.With("component", "voicemail"))
+		set, err := prompts.Load(cfg.Path(sys.Voicemail.PromptsDir), log.With("component", "voicemail"))
+		if err != nil {
+			return nil, fmt.Errorf("voicemail: %w", err)
+		}
+		dpOpts.Voicemail = newMailboxes(cfg, a.vm, set, onAuthFailure, log.With("component", "voicemail"))
 	}
 	rt := dialplan.New(dpOpts, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
@@ -313,6 +320,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	}
 	if a.vm != nil {
 		g.Go(func() error { a.vm.Janitor(gctx, a.cfg.System.Voicemail.Retention.D()); return nil })
+		g.Go(func() error { return a.notices.Run(gctx) })
 	}
 	if a.web.Enabled() {
 		g.Go(func() error { return a.web.Run(gctx) })

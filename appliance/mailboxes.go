@@ -86,8 +86,3 @@ func (m *mailboxes) Deposit(tenant, ext string) b2bua.App {
 func (m *mailboxes) Check(tenant, ext string, _ b2bua.Caller) b2bua.App {
 	return voicemail.NewRetrieval(m.set, tenant, m.lists[tenant], ext)
 }
-
-// noPrompts is a prompt set without prompts (every prompt is skipped).
-type noPrompts struct{}
-
-func (noPrompts) Get(string) []int16 { return nil }

@@ -2,9 +2,11 @@ package appliance
 
 import (
 	"log/slog"
+	"time"
 
 	"pbx/appliance/config"
 	"pbx/appliance/voicemail"
+	"pbx/appliance/voicemail/notice"
 )
 
 // hasMailboxes reports whether any tenant declares a mailbox: then the
@@ -18,8 +20,43 @@ func hasMailboxes(cfg *config.Config) bool {
 	return false
 }
 
-// newVoicemail opens the voicemail store under dataDir and promotes the
-// messages a crash left being recorded; it runs before any listener opens.
-func newVoicemail(dataDir string, cfg *config.Config, log *slog.Logger) (*voicemail.Store, error) {
-	return voicemail.Open(voicemail.Options{DataDir: dataDir, MinMessage: cfg.System.Voicemail.MinMessage.D()}, log)
+// newVoicemail opens the notice outbox and the voicemail store under
+// dataDir, and promotes the messages a crash left being recorded (each gets
+// its notice); it runs before any listener opens. onChange is told of every
+// change to a mailbox (message-waiting lamps).
+func newVoicemail(dataDir string, cfg *config.Config, onChange func(tenant, ext string), log *slog.Logger) (*voicemail.Store, *notice.Outbox, error) {
+	out, err := notice.Open(dataDir, notice.ConfigSettings(func() *config.Config { return cfg }), log.With("component", "notices"))
+	if err != nil {
+		return nil, nil, err
+	}
+	emails := map[string]map[string]config.Mailbox{}
+	for _, t := range cfg.Tenants {
+		for _, b := range t.Mailboxes {
+			if b.Email == "" {
+				continue
+			}
+			if emails[t.Name] == nil {
+				emails[t.Name] = map[string]config.Mailbox{}
+			}
+			emails[t.Name][b.Extension] = b
+		}
+	}
+	deposit := func(m voicemail.Message, audio string) {
+		b, ok := emails[m.Tenant][m.Extension]
+		if !ok {
+			return
+		}
+		n := notice.Notice{Tenant: m.Tenant, Extension: m.Extension, To: b.Email, From: m.From, FromName: m.FromName,
+			Duration: time.Duration(m.DurationMS) * time.Millisecond, ReceivedAt: m.ReceivedAt, MessageID: m.ID,
+			NoAttach: b.Attach != nil && !*b.Attach, WAV: audio}
+		if err := out.Enqueue(n); err != nil {
+			log.Error("voicemail notice not queued", "tenant", m.Tenant, "extension", m.Extension, "message", m.ID, "err", err)
+		}
+	}
+	st, err := voicemail.Open(voicemail.Options{DataDir: dataDir, MinMessage: cfg.System.Voicemail.MinMessage.D(),
+		OnChange: onChange, OnDeposit: deposit}, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, out, nil
 }

@@ -241,7 +241,7 @@ func newTestEnv(t *testing.T, sys config.Voicemail) *testEnv {
 	e := &testEnv{dir: t.TempDir(), prompts: newPrompts()}
 	st, err := Open(Options{DataDir: e.dir, MinMessage: sys.MinMessage.D(),
 		OnChange:  func(tn, ext string) { e.mu.Lock(); e.changes = append(e.changes, tn+"/"+ext); e.mu.Unlock() },
-		OnDeposit: func(m Message) { e.mu.Lock(); e.deposit = append(e.deposit, m); e.mu.Unlock() },
+		OnDeposit: func(m Message, _ string) { e.mu.Lock(); e.deposit = append(e.deposit, m); e.mu.Unlock() },
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -185,15 +185,20 @@ func (r *Recorder) Commit(keep int64) (*Message, error) {
 
 // finish writes a promoted message's metadata, drops its recording
 // metadata and tells the callbacks.
+//
+// OnDeposit runs before the metadata is written, so a notice queued there
+// survives a crash that follows: until the metadata exists, the next
+// start's recovery sees the message as unfinished, promotes it and calls
+// OnDeposit again (the notice outbox keeps one job per message).
 func (s *Store) finish(dir string, m *Message) error {
+	if s.opts.OnDeposit != nil {
+		s.opts.OnDeposit(*m, filepath.Join(dir, m.ID+".wav"))
+	}
 	if err := writeJSON(filepath.Join(dir, m.ID+".json"), m); err != nil {
 		return err
 	}
 	_ = os.Remove(filepath.Join(dir, "."+m.ID+recSuffix))
 	s.changed(m.Tenant, m.Extension)
-	if s.opts.OnDeposit != nil {
-		s.opts.OnDeposit(*m)
-	}
 	return nil
 }
 

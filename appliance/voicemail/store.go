@@ -64,9 +64,11 @@ type Options struct {
 	// OnChange is called after a mailbox's messages changed (a message
 	// stored, deleted, saved or heard), for message-waiting lamps.
 	OnChange func(tenant, extension string)
-	// OnDeposit is called after a new message was stored (also one that
-	// recovery promoted), for email notices.
-	OnDeposit func(Message)
+	// OnDeposit is called once a new message's audio is in place and
+	// before its metadata is written (also for one that recovery
+	// promoted), for email notices: a crash in between calls it again at
+	// the next start.
+	OnDeposit func(m Message, audio string) // audio: the WAV's path
 }
 
 // Store reads and writes the messages under a data directory. It is safe

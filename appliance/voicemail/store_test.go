@@ -154,7 +154,7 @@ func TestRecoveryPromotesTornTempFile(t *testing.T) {
 	crash(g)
 
 	var deposited []Message
-	st, err := Open(Options{DataDir: e.dir, MinMessage: 500 * time.Millisecond, OnDeposit: func(m Message) { deposited = append(deposited, m) }}, slog.New(slog.DiscardHandler))
+	st, err := Open(Options{DataDir: e.dir, MinMessage: 500 * time.Millisecond, OnDeposit: func(m Message, _ string) { deposited = append(deposited, m) }}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
