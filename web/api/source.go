@@ -87,4 +87,6 @@ type Backends struct {
 	SIP           SIPSource
 	CallLogStats  CallLogStatsSource
 	Recordings    RecordingSource // nil unless recording is on somewhere
+	Devices       DeviceSource    // nil without a data directory
+	Webhooks      WebhookStatsSource
 }
