@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	amobile "pbx/appliance/mobile"
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
+	amobile "pbx/appliance/mobile"
 	"pbx/db"
 	"pbx/web/api"
 	"pbx/web/mobile"
@@ -260,7 +260,9 @@ func TestDeviceLoginFailures(t *testing.T) {
 	wrong := m.send(peer, "POST", "/v1/mobile/login", "", loginBody("acme.test", "alice", "nope", "d"))
 	unknown := m.send(peer, "POST", "/v1/mobile/login", "", loginBody("acme.test", "mallory", "nope", "d"))
 	strip := func(r response) string {
-		var env struct{ Error struct{ Code, Message string } }
+		var env struct {
+			Error struct{ Code, Message string }
+		}
 		_ = json.Unmarshal(r.body, &env)
 		return env.Error.Code + "|" + env.Error.Message
 	}

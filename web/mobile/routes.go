@@ -7,8 +7,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	amobile "pbx/appliance/mobile"
 	"pbx/appliance/cdr"
+	amobile "pbx/appliance/mobile"
 	"pbx/web/api"
 )
 
@@ -243,4 +243,3 @@ func (h *Handler) roomToken(w http.ResponseWriter, r *http.Request, c *call) err
 	rt.ExpiresAt = rt.ExpiresAt.UTC()
 	return api.WriteJSON(w, http.StatusOK, rt)
 }
-
