@@ -18,10 +18,12 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/mobile"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
 	"pbx/appliance/upload"
+	"pbx/appliance/webhook"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -30,6 +32,7 @@ import (
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
 	"pbx/web"
+	mobileweb "pbx/web/mobile"
 )
 
 // Options adjust how the appliance runs.
@@ -66,6 +69,10 @@ type Appliance struct {
 	trunks *trunk.Manager
 	web    *web.Server
 	bus    *events.Bus
+	// devices are the mobile device sessions (nil without a data
+	// directory); hooks delivers the tenants' webhooks.
+	devices *mobile.Sessions
+	hooks   *webhook.Dispatcher
 	src    *apiSources
 	closed sync.Once
 }
@@ -189,6 +196,14 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.trunks, err = trunk.New(trunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
+	if a.hooks, err = webhook.New(webhook.Options{Webhooks: cfg.Webhooks, Defaults: sys.Webhooks, DataDir: cfg.DataDir()}, log.With("component", "webhook")); err != nil {
+		return nil, err
+	}
+	if a.db != nil {
+		if a.devices, err = newSessions(a.db, a.dir, onAuthFailure, log.With("component", "mobile")); err != nil {
+			return nil, err
+		}
+	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.rec != nil { // before the call log, which writes its record step
@@ -199,7 +214,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		obs = append(obs, newCallRecorder(policy, a.rec, rt.steps, log.With("component", "recording")))
 	}
 	if a.cdr != nil {
-		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
+		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get, hooks: a.hooks})
 	}
 	obs = append(obs, rt.steps) // after the call log, which reads the steps
 	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
@@ -239,7 +254,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.rec != nil {
 		backends.Recordings = a.rec
 	}
-	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
+	backends.Webhooks = webhookStats{a.hooks}
+	if a.devices != nil {
+		backends.Devices = mobileweb.Operator(a.devices)
+	}
+	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog)}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if a.web.Enabled() {
@@ -279,6 +298,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	g.Go(func() error { return a.hooks.Run(gctx) })
 	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
 	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {

@@ -512,3 +512,34 @@ func TestOperatorDeviceRoutes(t *testing.T) {
 	}
 	_ = api.ScopeMobileRead
 }
+
+type fakeWebhookStats struct{}
+
+func (fakeWebhookStats) WebhookStats(context.Context) (api.WebhookStats, error) {
+	return api.WebhookStats{
+		Deliveries: map[[2]string]uint64{{"call.ended", "delivered"}: 5, {"mobile.ringing", "expired"}: 1},
+		Attempts:   map[string]uint64{"ok": 5, "status": 3, "error": 2}, Queued: 4, InFlight: 2,
+		Latency: api.Histogram{Buckets: map[float64]uint64{0.1: 6, 1: 10}, Count: 10, Sum: 1.5},
+	}, nil
+}
+
+func TestWebhookMetrics(t *testing.T) {
+	e := newEnv(t, func(_ *config.API, o *Options) { o.Backends.Webhooks = fakeWebhookStats{} })
+	fams := scrape(t, e)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"pbx_webhook_deliveries_total", []string{"event", "call.ended", "outcome", "delivered"}, 5},
+		{"pbx_webhook_deliveries_total", []string{"event", "mobile.ringing", "outcome", "expired"}, 1},
+		{"pbx_webhook_attempts_total", []string{"result", "status"}, 3},
+		{"pbx_webhook_queue_depth", nil, 4},
+		{"pbx_webhook_in_flight", nil, 2},
+		{"pbx_webhook_attempt_seconds", nil, 10},
+	} {
+		if got, ok := value(fams, c.name, c.labels...); !ok || got != c.want {
+			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
+		}
+	}
+}
