@@ -73,8 +73,8 @@ type Appliance struct {
 	// directory); hooks delivers the tenants' webhooks.
 	devices *mobile.Sessions
 	hooks   *webhook.Dispatcher
-	src    *apiSources
-	closed sync.Once
+	src     *apiSources
+	closed  sync.Once
 }
 
 // New builds every part from cfg: it takes the data directory, recovers call records
