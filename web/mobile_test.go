@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,7 @@ type mobileEnv struct {
 	sessions *amobile.Sessions
 	mu       sync.Mutex
 	guard    []string
+	skew     atomic.Int64 // added to the sessions' clock
 }
 
 func newMobileEnv(t *testing.T, mods ...envOption) *mobileEnv {
@@ -80,6 +82,7 @@ func newMobileEnv(t *testing.T, mods ...envOption) *mobileEnv {
 	t.Cleanup(func() { _ = bdb.Close() })
 	me := &mobileEnv{}
 	me.sessions, err = amobile.NewSessions(amobile.SessionOptions{Store: bdb.Devices(), Directory: mobileDir{},
+		Now: func() time.Time { return time.Now().Add(time.Duration(me.skew.Load())) },
 		OnAuthFailure: func(src netip.AddrPort, domain, user string) {
 			me.mu.Lock()
 			me.guard = append(me.guard, domain+"/"+user)
@@ -251,6 +254,33 @@ func TestDeviceRoutesRefuseOtherTokens(t *testing.T) {
 	}
 	if last.status != 429 || last.header.Get("Retry-After") == "" {
 		t.Fatalf("failed device authentications not limited: %d", last.status)
+	}
+}
+
+func TestDeviceTokenExpires(t *testing.T) {
+	m := newMobileEnv(t)
+	tok := m.login("alice", "d1")
+	m.skew.Store(int64(30*24*time.Hour - time.Minute))
+	r := m.send(nil, "POST", "/v1/mobile/token/refresh", tok, "")
+	if r.status != 200 {
+		t.Fatalf("refresh a minute before expiry: %d %s", r.status, r.body)
+	}
+	fresh := r.json(t)["token"].(string)
+	m.skew.Store(int64(30*24*time.Hour + time.Minute))
+	if r := m.get("/v1/mobile/me", tok); r.status != 401 {
+		t.Fatalf("old token: %d", r.status)
+	}
+	if r := m.get("/v1/mobile/me", fresh); r.status != 200 {
+		t.Fatalf("refreshed token a day later: %d", r.status)
+	}
+	m.skew.Store(int64(60 * 24 * time.Hour))
+	for _, p := range []string{"/v1/mobile/me", "/v1/mobile/cdr"} {
+		if r := m.get(p, fresh); r.status != 401 || r.errCode() != "unauthorized" {
+			t.Fatalf("expired token on %s: %d %s", p, r.status, r.body)
+		}
+	}
+	if r := m.send(nil, "POST", "/v1/mobile/token/refresh", fresh, ""); r.status != 401 {
+		t.Fatalf("refresh of an expired token: %d", r.status)
 	}
 }
 
