@@ -109,9 +109,6 @@ func New(o Options, log *slog.Logger) (*Dispatcher, error) {
 	if d.now == nil {
 		d.now = time.Now
 	}
-	if d.client == nil {
-		d.client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
 	if d.first <= 0 {
 		d.first = firstBackoff
 	}
@@ -130,6 +127,13 @@ func New(o Options, log *slog.Logger) (*Dispatcher, error) {
 	d.perTenant = d.slots
 	if d.slots > 1 {
 		d.perTenant = d.slots - max(1, d.slots/4)
+	}
+	if d.client == nil {
+		// Keep a connection per slot: every attempt may go to one host.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = d.slots
+		d.client = &http.Client{Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	timeout := o.Defaults.Timeout.D()
 	if timeout <= 0 {

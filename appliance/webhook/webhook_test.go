@@ -401,8 +401,7 @@ func BenchmarkDeliveries(b *testing.B) {
 	for _, tn := range tenants {
 		hooks = append(hooks, hook(tn, "crm", srv.URL, "s", EventMobileEnded))
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	d, _ := New(Options{Webhooks: hooks, Defaults: config.Webhooks{Concurrency: 64}, Client: &http.Client{Transport: tr}}, nil)
+	d, _ := New(Options{Webhooks: hooks, Defaults: config.Webhooks{Concurrency: 64}}, nil)
 	stop := run(b, d)
 	defer stop()
 	data := map[string]string{"call_id": "c1", "outcome": "no_answer"}
