@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -73,7 +76,7 @@ type mobileEnv struct {
 	skew     atomic.Int64 // added to the sessions' clock
 }
 
-func newMobileEnv(t *testing.T, mods ...envOption) *mobileEnv {
+func newMobileEnv(t testing.TB, mods ...envOption) *mobileEnv {
 	t.Helper()
 	bdb, err := db.Open(t.TempDir(), db.Options{NoSync: true}, nil)
 	if err != nil {
@@ -388,6 +391,14 @@ func TestDeviceComponentsNotRunning(t *testing.T) {
 	}
 }
 
+func TestDeviceAPINotRunning(t *testing.T) {
+	e := newEnv(t)
+	r := e.send(nil, "POST", "/v1/mobile/login", "", loginBody("acme.test", "alice", "alice-pw", "d"))
+	if r.status != 404 || !strings.Contains(string(r.body), "the device API is not running") {
+		t.Fatalf("login without sessions: %d %s", r.status, r.body)
+	}
+}
+
 func TestDeviceCallRoutes(t *testing.T) {
 	m := newMobileEnv(t, func(_ *config.API, o *Options) { o.Mobile.Calls = fakeRoomCalls{} })
 	alice, bob := m.login("alice", "d1"), m.login("bob", "d2")
@@ -572,4 +583,31 @@ func TestWebhookMetrics(t *testing.T) {
 			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
+}
+
+// BenchmarkDeviceLogin: POST /v1/mobile/login through the whole stack
+// (request id, JSON body, buckets, constant-time check, a bbolt write
+// without fsync; BenchmarkLogin in appliance/mobile has the fsync), with
+// its p99.
+func BenchmarkDeviceLogin(b *testing.B) {
+	m := newMobileEnv(b)
+	h := m.srv.Handler()
+	lat := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	start := time.Now()
+	for i := 0; b.Loop(); i++ {
+		req := httptest.NewRequest("POST", "/v1/mobile/login", strings.NewReader(loginBody("acme.test", "alice", "alice-pw", "d"+strconv.Itoa(i%50))))
+		req.RemoteAddr = "127.0.0.1:40000"
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		t0 := time.Now()
+		h.ServeHTTP(rec, req)
+		lat = append(lat, time.Since(t0))
+		if rec.Code != 200 {
+			b.Fatal(rec.Code, rec.Body.String())
+		}
+	}
+	b.ReportMetric(float64(len(lat))/time.Since(start).Seconds(), "logins/s")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }

@@ -170,8 +170,14 @@ func (s *Server) routes(h *api.Handler) *chi.Mux {
 						r.Method(http.MethodHead, rt.Pattern, e)
 					}
 				}
-				if res.Prefix == "/mobile" && s.opts.DeviceAPI != nil {
-					r.NotFound(s.opts.DeviceAPI.ServeHTTP)
+				if res.Prefix == "/mobile" {
+					if s.opts.DeviceAPI != nil {
+						r.NotFound(s.opts.DeviceAPI.ServeHTTP)
+					} else { // no data directory: no device sessions
+						r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+							api.WriteError(w, r, s.log, api.NotRunning("the device API"))
+						})
+					}
 				}
 			})
 		}
