@@ -86,9 +86,9 @@ type Dispatcher struct {
 	queues   map[string]*tenantQueue
 	order    []string // tenants in round-robin order
 	rr       int
-	delayed  []*job // waiting for their next attempt
-	queued   int    // jobs held (ready, delayed or in flight)
-	volatile int    // of which not durable
+	delayed  backlog // waiting for their next attempt
+	queued   int     // jobs held (ready, delayed or in flight)
+	volatile int     // of which not durable
 	inflight int
 	stats    stats
 }

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -74,8 +75,8 @@ func (d *Dispatcher) take(ctx context.Context) *job {
 			return j
 		}
 		wait := time.Hour
-		for _, j := range d.delayed {
-			wait = min(wait, j.next.Sub(now))
+		if len(d.delayed) > 0 {
+			wait = min(wait, d.delayed[0].next.Sub(now))
 		}
 		changed := d.changed
 		d.mu.Unlock()
@@ -93,16 +94,24 @@ func (d *Dispatcher) take(ctx context.Context) *job {
 
 // promote moves the delayed jobs that are due to their ready queues. Locked.
 func (d *Dispatcher) promote(now time.Time) {
-	kept := d.delayed[:0]
-	for _, j := range d.delayed {
-		if !now.Before(j.next) {
-			d.ready(j, false)
-		} else {
-			kept = append(kept, j)
-		}
+	for len(d.delayed) > 0 && !now.Before(d.delayed[0].next) {
+		d.ready(heap.Pop(&d.delayed).(*job), false)
 	}
-	clear(d.delayed[len(kept):])
-	d.delayed = kept
+}
+
+// backlog is the delayed jobs, a min-heap by next attempt.
+type backlog []*job
+
+func (b backlog) Len() int           { return len(b) }
+func (b backlog) Less(i, j int) bool { return b[i].next.Before(b[j].next) }
+func (b backlog) Swap(i, j int)      { b[i], b[j] = b[j], b[i] }
+func (b *backlog) Push(x any)        { *b = append(*b, x.(*job)) }
+func (b *backlog) Pop() any {
+	old := *b
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*b = old[:len(old)-1]
+	return j
 }
 
 // pick takes a ready job under the fairness rule. Locked.
@@ -228,7 +237,7 @@ func (d *Dispatcher) finish(j *job, r result) {
 	d.queues[j.Tenant].inflight--
 	d.inflight--
 	if outcome == "" {
-		d.delayed = append(d.delayed, j)
+		heap.Push(&d.delayed, j)
 	} else {
 		d.queued--
 		if !j.Durable {
