@@ -19,6 +19,7 @@ import (
 	"pbx/appliance/dialplan"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/mobile"
 	"pbx/appliance/prompts"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
@@ -26,6 +27,7 @@ import (
 	"pbx/appliance/upload"
 	"pbx/appliance/voicemail"
 	"pbx/appliance/voicemail/notice"
+	"pbx/appliance/webhook"
 	"pbx/db"
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
@@ -34,6 +36,7 @@ import (
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
 	"pbx/web"
+	mobileweb "pbx/web/mobile"
 )
 
 // Options adjust how the appliance runs.
@@ -72,6 +75,10 @@ type Appliance struct {
 	trunks  *trunk.Manager
 	web     *web.Server
 	bus     *events.Bus
+	// devices are the mobile device sessions (nil without a data
+	// directory); hooks delivers the tenants' webhooks.
+	devices *mobile.Sessions
+	hooks   *webhook.Dispatcher
 	src     *apiSources
 	closed  sync.Once
 }
@@ -200,6 +207,14 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.trunks, err = trunk.New(dialplan.TrunkSpecs(cfg.Trunks), trunk.Options{SIP: a.sip, OnState: lv.trunk, Resolver: dnsTestKnob()}, log.With("component", "trunks")); err != nil {
 		return nil, err
 	}
+	if a.hooks, err = webhook.New(webhook.Options{Webhooks: cfg.Webhooks, Defaults: sys.Webhooks, DataDir: cfg.DataDir()}, log.With("component", "webhook")); err != nil {
+		return nil, err
+	}
+	if a.db != nil {
+		if a.devices, err = newSessions(a.db, a.dir, onAuthFailure, log.With("component", "mobile")); err != nil {
+			return nil, err
+		}
+	}
 	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits}
 	if a.vm != nil && sys.Voicemail.Enabled {
 		set, err := prompts.Load(cfg.Path(sys.Voicemail.PromptsDir), log.With("component", "voicemail"))
@@ -218,7 +233,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		obs = append(obs, newCallRecorder(policy, a.rec, rt.Steps(), log.With("component", "recording")))
 	}
 	if a.cdr != nil {
-		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get})
+		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get, hooks: a.hooks})
 	}
 	obs = append(obs, rt.Steps()) // after the call log, which reads the steps
 	obs = append(obs, a.limits)   // gives back the call limits reserved by Limiter.ReserveCall
@@ -261,7 +276,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.vm != nil {
 		backends.Voicemail = a.vm
 	}
-	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends}, log.With("component", "api")); err != nil {
+	backends.Webhooks = webhookStats{a.hooks}
+	if a.devices != nil {
+		backends.Devices = mobileweb.Operator(a.devices)
+	}
+	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog)}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if a.web.Enabled() {
@@ -301,6 +320,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	g.Go(func() error { return a.hooks.Run(gctx) })
 	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
 	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {

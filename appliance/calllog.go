@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/appliance/webhook"
 	"pbx/sipcore/b2bua"
 )
 
@@ -18,6 +19,9 @@ type callLog struct {
 	log   *slog.Logger
 	// steps returns the routing steps of a call (nil: none recorded).
 	steps func(b2bua.CallID) []cdr.Step
+	// hooks sends the call.ended webhook of each committed record; nil:
+	// none.
+	hooks *webhook.Dispatcher
 }
 
 func (l *callLog) CallEvent(ev b2bua.Event) {
@@ -48,8 +52,17 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 			}
 			continue
 		}
-		if err := l.store.Commit(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
-			l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
+		if err := l.store.Commit(&r); err != nil {
+			if !errors.Is(err, cdr.ErrBacklogFull) {
+				l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
+			}
+			continue
+		}
+		if l.hooks != nil {
+			// Beyond the specification: the record as stored, durably.
+			if err := l.hooks.Send(r.Tenant, webhook.EventCallEnded, &r); err != nil {
+				l.log.Error("queue call.ended webhook", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
+			}
 		}
 	}
 }

@@ -34,7 +34,7 @@ var (
 
 	keySchema = []byte("schema")
 
-	allBuckets = [][]byte{bucketMeta, bucketRegistrations, bucketMinutes}
+	allBuckets = [][]byte{bucketMeta, bucketRegistrations, bucketMinutes, bucketDevices, bucketDeviceTokens}
 )
 
 // Options configures Open.

@@ -165,13 +165,19 @@ var (
 	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
 	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
 	descCDRPending  = prometheus.NewDesc("pbx_cdr_pending", "Call records waiting to be written (a full or failing disk).", nil, nil)
+	descHookDeliv   = prometheus.NewDesc("pbx_webhook_deliveries_total", "Webhook deliveries settled, by event and outcome (delivered, expired, dropped).", []string{"event", "outcome"}, nil)
+	descHookTries   = prometheus.NewDesc("pbx_webhook_attempts_total", "Webhook delivery attempts by result (ok: 2xx, status: another answer, error: none).", []string{"result"}, nil)
+	descHookQueue   = prometheus.NewDesc("pbx_webhook_queue_depth", "Webhook deliveries held: waiting, backing off or in flight.", nil, nil)
+	descHookFlight  = prometheus.NewDesc("pbx_webhook_in_flight", "Webhook delivery attempts running (at most webhooks.concurrency).", nil, nil)
+	descHookSeconds = prometheus.NewDesc("pbx_webhook_attempt_seconds", "Time of each webhook delivery attempt, request to answer or error.", nil, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
 		descRTPPorts, descRTPExhaust, descRTPJitter, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
-		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRPending} {
+		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRPending,
+		descHookDeliv, descHookTries, descHookQueue, descHookFlight, descHookSeconds} {
 		ch <- d
 	}
 }
@@ -284,6 +290,19 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			counter(descCDRCommits, s.Commits)
 			ch <- prometheus.MustNewConstHistogram(descCDRSeconds, s.CommitTime.Count, s.CommitTime.Sum, s.CommitTime.Buckets)
 			gauge(descCDRPending, float64(s.Pending))
+		}
+	}
+	if b.Webhooks != nil {
+		if s, err := b.Webhooks.WebhookStats(ctx); err == nil {
+			for k, n := range s.Deliveries {
+				counter(descHookDeliv, n, k[0], k[1])
+			}
+			for r, n := range s.Attempts {
+				counter(descHookTries, n, r)
+			}
+			gauge(descHookQueue, float64(s.Queued))
+			gauge(descHookFlight, float64(s.InFlight))
+			ch <- prometheus.MustNewConstHistogram(descHookSeconds, s.Latency.Count, s.Latency.Sum, s.Latency.Buckets)
 		}
 	}
 }

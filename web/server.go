@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/web/api"
 	"pbx/web/dashboard"
+	"pbx/web/mobile"
 )
 
 // Server timeouts.
@@ -39,6 +40,9 @@ type Options struct {
 	// DeviceAPI, when set, serves the paths under /v1/mobile that are not
 	// the operator routes (the device API).
 	DeviceAPI http.Handler
+	// Mobile, when set and DeviceAPI is not, configures the device API
+	// the server builds with its own rate limits.
+	Mobile *mobile.Options
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Heartbeat is the event stream's heartbeat period; 0: the default.
@@ -109,6 +113,9 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		}
 		s.certs = m
 	}
+	if opts.Mobile != nil && opts.DeviceAPI == nil {
+		s.opts.DeviceAPI = s.deviceAPI(*opts.Mobile, log)
+	}
 	s.metrics = newMetrics(opts.Backends)
 	s.mux = s.routes(api.New(api.Options{
 		Backends:  opts.Backends,
@@ -121,6 +128,22 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}))
 	s.handler = s.mux
 	return s, nil
+}
+
+// deviceAPI builds the device API with the management API's limits: the
+// per-token rate applies to each device session (in a table of its own,
+// bounded like the peers'), and failed device authentications share the
+// peers' failed-authentication bucket.
+func (s *Server) deviceAPI(o mobile.Options, log *slog.Logger) http.Handler {
+	if s.tokenLimit != nil {
+		l := newLimiter(s.tokenLimit.rate*60, s.tokenLimit.burst, maxPeers, s.now)
+		o.RequestLimit = l.take
+	}
+	o.AuthFailLimit = s.authFail.take
+	if o.Log == nil {
+		o.Log = log
+	}
+	return mobile.New(o)
 }
 
 // routes builds the router: the common middleware, the catch-all 404 and
@@ -147,8 +170,14 @@ func (s *Server) routes(h *api.Handler) *chi.Mux {
 						r.Method(http.MethodHead, rt.Pattern, e)
 					}
 				}
-				if res.Prefix == "/mobile" && s.opts.DeviceAPI != nil {
-					r.NotFound(s.opts.DeviceAPI.ServeHTTP)
+				if res.Prefix == "/mobile" {
+					if s.opts.DeviceAPI != nil {
+						r.NotFound(s.opts.DeviceAPI.ServeHTTP)
+					} else { // no data directory: no device sessions
+						r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+							api.WriteError(w, r, s.log, api.NotRunning("the device API"))
+						})
+					}
 				}
 			})
 		}

@@ -1151,8 +1151,9 @@ func (v *validator) outboundRoute(r *OutboundRoute) {
 	}
 }
 
-// WebhookEvents are the event kinds a Webhook may subscribe to.
-var WebhookEvents = []string{"mobile.ringing", "mobile.ended"}
+// WebhookEvents are the event kinds a Webhook may subscribe to; call.ended
+// (the finished call record) is beyond the specification.
+var WebhookEvents = []string{"mobile.ringing", "mobile.ended", "call.ended"}
 
 func (v *validator) webhook(w *Webhook) {
 	m := &w.Meta

@@ -377,10 +377,6 @@ func (h *Handler) recordingAudio(w http.ResponseWriter, r *http.Request, _ Query
 	return h.serveRecordingAudio(w, r)
 }
 
-func (h *Handler) mobileDevices(w http.ResponseWriter, r *http.Request, _ Query) error {
-	return NotRunning("mobile")
-}
-
 // wrapNotFound turns a component's ErrNotFound into a 404 with message and
 // anything else into a 500.
 func wrapNotFound(err error, format string, args ...any) error {

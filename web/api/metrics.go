@@ -76,3 +76,23 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, _ Query) error
 	h.metricsHandler.ServeHTTP(w, r)
 	return nil
 }
+
+// WebhookStats are the webhook dispatcher's counters since start.
+type WebhookStats struct {
+	// Deliveries counts finished deliveries by event and outcome
+	// (delivered, expired).
+	Deliveries map[[2]string]uint64 // [event, outcome]
+	// Attempts counts delivery attempts by result (ok, error, status).
+	Attempts map[string]uint64
+	// Queued is the deliveries waiting or in flight.
+	Queued int
+	// InFlight is the attempts running now.
+	InFlight int
+	// Latency is the time of each attempt, request to response.
+	Latency Histogram
+}
+
+// WebhookStatsSource reads the webhook dispatcher's counters.
+type WebhookStatsSource interface {
+	WebhookStats(ctx context.Context) (WebhookStats, error)
+}

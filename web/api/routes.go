@@ -163,7 +163,7 @@ func (h *Handler) Resources() []Resource {
 		}},
 		{"/mobile", []Route{
 			{Method: get, Pattern: "/devices", Scope: ScopeMobileRead, Handle: h.mobileDevices},
-			{Method: del, Pattern: "/devices/{tenant}/{deviceId}", Scope: ScopeMobileManage, Action: "mobile.device.revoke", Handle: h.mobileDevices},
+			{Method: del, Pattern: "/devices/{tenant}/{deviceId}", Scope: ScopeMobileManage, Action: "mobile.device.revoke", Handle: h.revokeDevice},
 		}},
 	}
 }

@@ -88,4 +88,6 @@ type Backends struct {
 	CallLogStats  CallLogStatsSource
 	Recordings    RecordingSource // nil unless recording is on somewhere
 	Voicemail     VoicemailSource // nil unless a tenant has mailboxes
+	Devices       DeviceSource    // nil without a data directory
+	Webhooks      WebhookStatsSource
 }
