@@ -47,8 +47,9 @@ var (
 // for concurrent use and quick (Resolve runs on the SIP handler path).
 type Mailboxes interface {
 	// Resolve maps the Request-URI user of a SUBSCRIBE in domain (the
-	// realm the subscriber authenticated in) to a mailbox key, or returns
-	// ErrNoMailbox or ErrForbidden.
+	// Request-URI's host when it is a served domain, else the realm the
+	// subscriber authenticated in) to a mailbox key, or returns
+	// ErrNoMailbox or ErrForbidden (a mailbox of another tenant).
 	Resolve(user, domain string, subscriber registrar.Account) (mailbox string, err error)
 	// Summary returns the mailbox's new and old (saved) message counts.
 	Summary(mailbox string) (newMessages, oldMessages int)

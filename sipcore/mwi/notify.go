@@ -37,6 +37,11 @@ func (m *Manager) send(sb *sub, final bool) {
 	sb.s.LocalCSeq++
 	s := sb.s
 	sb.mu.Unlock()
+	if !final {
+		// The CSeq is stored before the NOTIFY leaves, so that one sent
+		// after a restart is always above it.
+		m.save(sb, nil)
+	}
 
 	state := "terminated;reason=timeout"
 	if !final {
@@ -50,9 +55,6 @@ func (m *Manager) send(sb *sub, final bool) {
 	status, err := m.notify(s, state, Body(s.Account, newMsgs, oldMsgs))
 	switch {
 	case err == nil && status >= 200 && status < 300:
-		if !final {
-			m.save(sb, nil)
-		}
 		return
 	case final:
 		m.log.Debug("final mwi notify not answered", "subscriber", s.Subscriber, "status", status, "err", err)

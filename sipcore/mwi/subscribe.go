@@ -67,8 +67,14 @@ func (m *Manager) subscribe(req *sip.Request) (*sip.Response, func()) {
 	if contact == nil {
 		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Missing Contact", nil), nil
 	}
-	user := req.Recipient.User
-	mailbox, err := m.opts.Mailboxes.Resolve(user, realm, acct)
+	// The mailbox's domain is the Request-URI's when it is served (another
+	// tenant's is refused by Resolve), else the subscriber's realm (a phone
+	// that addresses the PBX by IP address).
+	user, domain := req.Recipient.User, realm
+	if h := strings.ToLower(req.Recipient.Host); m.opts.Auth.Directory().ServesDomain(h) {
+		domain = h
+	}
+	mailbox, err := m.opts.Mailboxes.Resolve(user, domain, acct)
 	switch {
 	case errors.Is(err, ErrForbidden):
 		return sipcore.Response(req, sip.StatusForbidden), nil
@@ -78,7 +84,7 @@ func (m *Manager) subscribe(req *sip.Request) (*sip.Response, func()) {
 	transport := strings.ToLower(req.Transport())
 	src, _ := netip.ParseAddrPort(req.Source())
 	s := Subscription{
-		Mailbox: mailbox, Account: (&sip.Uri{Scheme: "sip", User: user, Host: realm}).String(),
+		Mailbox: mailbox, Account: (&sip.Uri{Scheme: "sip", User: user, Host: domain}).String(),
 		Subscriber: acct.Username + "@" + realm,
 		CallID:     req.CallID().Value(), LocalTag: sip.GenerateTagN(16), RemoteTag: tagOf(from.Params),
 		LocalURI: to.Address.String(), RemoteURI: from.Address.String(), RemoteTarget: contact.Address.String(),
@@ -95,10 +101,7 @@ func (m *Manager) subscribe(req *sip.Request) (*sip.Response, func()) {
 	}
 	m.add(sb)
 	m.log.Debug("mwi subscription", "subscriber", s.Subscriber, "account", s.Account, "expires", expires)
-	return res, func() {
-		m.save(sb, nil)
-		m.send(sb, false)
-	}
+	return res, func() { m.send(sb, false) }
 }
 
 // refresh answers a SUBSCRIBE inside a subscription's dialog: a refresh,
@@ -148,19 +151,15 @@ func (m *Manager) refresh(req *sip.Request) (*sip.Response, func()) {
 			m.send(sb, true)
 		}
 	}
-	return res, func() {
-		m.save(sb, nil)
-		m.send(sb, false)
-	}
+	return res, func() { m.send(sb, false) }
 }
 
 // accepted is the 200 to a SUBSCRIBE creating or refreshing s.
 func (m *Manager) accepted(req *sip.Request, s Subscription, expires time.Duration) *sip.Response {
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	if to := res.To(); to != nil {
-		if _, ok := to.Params.Get("tag"); !ok {
-			to.Params.Add("tag", s.LocalTag)
-		}
+		// sipgo tags every response; a new dialog gets ours instead.
+		to.Params.Add("tag", s.LocalTag)
 	}
 	if ep, err := m.opts.SIP.EndpointForLocal(s.Transport, s.Local); err == nil {
 		res.AppendHeader(sip.HeaderClone(&ep.Contact))
