@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/mwi"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -61,6 +62,7 @@ type Appliance struct {
 	limits *guard.Limiter
 	sip    *sipcore.Server
 	reg    *registrar.Registrar
+	mwi    *mwi.Service // nil unless message waiting is on
 	media  *rtpcore.Engine
 	calls  *b2bua.Manager
 	trunks *trunk.Manager
@@ -170,6 +172,15 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
+	if mwi.Enabled(cfg) {
+		mo := mwi.Options{SIP: a.sip, Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess}
+		if a.db != nil {
+			mo.Store = a.db.Subscriptions()
+		}
+		if a.mwi, err = mwi.New(cfg, a.dir, mo, log.With("component", "mwi")); err != nil {
+			return nil, err
+		}
+	}
 
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
 		Quarantine: sys.Media.PortQuarantine.D()}
@@ -267,6 +278,10 @@ func mediaBindIP(ls []config.Listener) netip.Addr {
 	return ip
 }
 
+// MWI returns message waiting, nil when it is off; the voicemail store calls
+// its Notify on every change and gives it its counts (SetCounts).
+func (a *Appliance) MWI() *mwi.Service { return a.mwi }
+
 // SIP returns the SIP server (for tests that need the bound addresses).
 func (a *Appliance) SIP() *sipcore.Server { return a.sip }
 
@@ -279,6 +294,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.sip.Run(gctx) })
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
+	if a.mwi != nil {
+		g.Go(func() error { return a.mwi.Run(gctx) })
+	}
 	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
 	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {

@@ -284,6 +284,12 @@ func (m *Manager) save(put *sub, gone *sub) {
 	}
 	m.storeMu.Lock()
 	defer m.storeMu.Unlock()
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return // shut down: the Store may be closed; what it holds resyncs
+	}
 	if err := m.opts.Store.SaveSubscriptions(puts, removes); err != nil {
 		m.log.Error("mwi subscription not saved", "err", err)
 	}
