@@ -55,6 +55,7 @@ func (m *Manager) send(sb *sub, final bool) {
 	status, err := m.notify(s, state, Body(s.Account, newMsgs, oldMsgs))
 	switch {
 	case err == nil && status >= 200 && status < 300:
+		m.log.Debug("mwi notify answered", "subscriber", s.Subscriber, "account", s.Account, "state", state, "new", newMsgs, "old", oldMsgs)
 		return
 	case final:
 		m.log.Debug("final mwi notify not answered", "subscriber", s.Subscriber, "status", status, "err", err)
