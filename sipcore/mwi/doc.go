@@ -20,6 +20,11 @@
 // or not answered at all, ends the subscription silently. Other event
 // packages are refused with 489 and Allow-Events: message-summary.
 //
+// An account holds at most MaxPerSubscriber subscriptions (32): past it a
+// new one replaces the one expiring soonest, silently, as the registrar
+// replaces bindings (a rebooted phone subscribes again without ending its
+// old dialogs).
+//
 // NOTIFYs go to the subscriber's Contact unless it reveals NAT, then to the
 // SUBSCRIBE's packet source; over TCP through the subscribing connection
 // while it is open (registrar.Binding.Target decides, as for calls).

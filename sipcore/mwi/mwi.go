@@ -24,6 +24,8 @@ const (
 	DefaultExpires    = time.Hour
 	DefaultMinExpires = time.Minute
 	DefaultMaxExpires = 24 * time.Hour
+	// DefaultMaxPerSubscriber bounds the subscriptions of one account.
+	DefaultMaxPerSubscriber = 32
 	// notifyTimeout bounds one NOTIFY transaction (64*T1, Timer F).
 	notifyTimeout = 32 * time.Second
 	// resyncWorkers bounds the NOTIFYs in flight when Run resyncs the
@@ -66,6 +68,12 @@ type Options struct {
 	MinExpires     time.Duration // below: 423 Interval Too Brief; default 60s
 	MaxExpires     time.Duration // above: clamped; default 24h
 
+	// MaxPerSubscriber bounds the subscriptions of one account; a new one
+	// past it replaces the one expiring soonest (a rebooted phone
+	// subscribes again without ending its old dialogs). Default
+	// DefaultMaxPerSubscriber.
+	MaxPerSubscriber int
+
 	// OnAuthFailure and OnAuthSuccess are the guard's hooks, as for
 	// REGISTER (registrar.AuthHooks).
 	OnAuthFailure func(src netip.AddrPort, domain, username string)
@@ -80,8 +88,10 @@ type Manager struct {
 	mu        sync.Mutex
 	subs      map[string]*sub            // by Subscription.Key
 	byMailbox map[string]map[string]*sub // mailbox -> key -> sub
-	restored  []*sub                     // to resync once the listeners serve
-	closed    bool
+	// perSubscriber counts the subscriptions of each account.
+	perSubscriber map[string]int
+	restored      []*sub // to resync once the listeners serve
+	closed        bool
 
 	storeMu sync.Mutex // orders writes to the Store
 }
@@ -118,7 +128,10 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 		return nil, fmt.Errorf("%w: MaxExpires %s below MinExpires %s", ErrInvalidOptions, opts.MaxExpires, opts.MinExpires)
 	}
 	opts.DefaultExpires = min(max(opts.DefaultExpires, opts.MinExpires), opts.MaxExpires)
-	m := &Manager{log: log, opts: opts, subs: map[string]*sub{}, byMailbox: map[string]map[string]*sub{}}
+	if opts.MaxPerSubscriber <= 0 {
+		opts.MaxPerSubscriber = DefaultMaxPerSubscriber
+	}
+	m := &Manager{log: log, opts: opts, subs: map[string]*sub{}, byMailbox: map[string]map[string]*sub{}, perSubscriber: map[string]int{}}
 	if opts.Store == nil {
 		return m, nil
 	}
@@ -134,7 +147,9 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 			continue
 		}
 		sb := &sub{s: s}
-		m.add(sb)
+		if old := m.add(sb); old != nil && m.remove(old) {
+			stale = append(stale, old.s.Key())
+		}
 		m.restored = append(m.restored, sb)
 	}
 	if len(stale) > 0 {
@@ -146,10 +161,16 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 	return m, nil
 }
 
-// add indexes sb and arms its expiry timer.
-func (m *Manager) add(sb *sub) {
+// add indexes sb and arms its expiry timer. It returns the subscription
+// sb displaces when its subscriber already has MaxPerSubscriber, if any
+// (unindexed but not yet marked ended: the caller passes it to remove).
+func (m *Manager) add(sb *sub) (displaced *sub) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.perSubscriber[sb.s.Subscriber] >= m.opts.MaxPerSubscriber {
+		displaced = m.soonestLocked(sb.s.Subscriber)
+	}
+	m.perSubscriber[sb.s.Subscriber]++
 	k := sb.s.Key()
 	m.subs[k] = sb
 	set := m.byMailbox[sb.s.Mailbox]
@@ -161,6 +182,22 @@ func (m *Manager) add(sb *sub) {
 	sb.mu.Lock()
 	sb.timer = time.AfterFunc(time.Until(sb.s.Expires), func() { m.expire(sb) })
 	sb.mu.Unlock()
+	return displaced
+}
+
+// soonestLocked returns the subscription of subscriber that expires first.
+func (m *Manager) soonestLocked(subscriber string) *sub {
+	var found *sub
+	var at time.Time
+	for _, sb := range m.subs {
+		sb.mu.Lock()
+		s, exp := sb.s.Subscriber, sb.s.Expires
+		sb.mu.Unlock()
+		if s == subscriber && (found == nil || exp.Before(at)) {
+			found, at = sb, exp
+		}
+	}
+	return found
 }
 
 // remove unindexes sb and marks it ended; false when it was gone already
@@ -175,11 +212,14 @@ func (m *Manager) remove(sb *sub) bool {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	k, mailbox := sb.s.Key(), sb.s.Mailbox
+	k, mailbox, subscriber := sb.s.Key(), sb.s.Mailbox, sb.s.Subscriber
 	sb.mu.Unlock()
 	m.mu.Lock()
 	if m.subs[k] == sb {
 		delete(m.subs, k)
+		if m.perSubscriber[subscriber]--; m.perSubscriber[subscriber] <= 0 {
+			delete(m.perSubscriber, subscriber)
+		}
 		if set := m.byMailbox[mailbox]; set != nil {
 			delete(set, k)
 			if len(set) == 0 {

@@ -113,7 +113,14 @@ func newEnv(t *testing.T) *env {
 // stop is called).
 func (e *env) manager(t *testing.T, store mwi.Store) (m *mwi.Manager, stop func()) {
 	t.Helper()
-	m, err := mwi.New(mwi.Options{SIP: e.srv, Auth: e.auth, Mailboxes: e.boxes, Store: store, MinExpires: 2 * time.Second}, nil)
+	return e.managerWith(t, mwi.Options{Store: store})
+}
+
+// managerWith is manager with further options.
+func (e *env) managerWith(t *testing.T, opts mwi.Options) (m *mwi.Manager, stop func()) {
+	t.Helper()
+	opts.SIP, opts.Auth, opts.Mailboxes, opts.MinExpires = e.srv, e.auth, e.boxes, 2*time.Second
+	m, err := mwi.New(opts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -424,5 +431,38 @@ func TestSubscriptionsSurviveARestart(t *testing.T) {
 			t.Fatalf("%d stored after unsubscribe", c)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestTooManySubscriptionsReplaceTheOneExpiringFirst(t *testing.T) {
+	e := newEnv(t)
+	m, _ := e.managerWith(t, mwi.Options{MaxPerSubscriber: 2})
+	p := e.phone(t, "udp")
+	var subs []*siptest.Subscription
+	for _, exp := range []int{600, 300, 900} {
+		sub, res, err := p.Subscribe(ctxT(t), "101", "message-summary", exp)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("subscribe: %v %v", res, err)
+		}
+		sub.NextNotify(5 * time.Second)
+		subs = append(subs, sub)
+	}
+	if m.Count() != 2 {
+		t.Fatalf("%d subscriptions, want 2", m.Count())
+	}
+	e.boxes.set("acme/101", 1, 0)
+	if n := m.Notify("acme/101"); n != 2 {
+		t.Fatalf("Notify reached %d", n)
+	}
+	subs[0].NextNotify(5 * time.Second)
+	subs[2].NextNotify(5 * time.Second)
+	res, err := subs[1].Refresh(ctxT(t), 600)
+	if err != nil || res.StatusCode != 481 {
+		t.Fatalf("the replaced subscription refreshed: %v %v", res, err)
+	}
+	select {
+	case n := <-subs[1].Notifies():
+		t.Errorf("the replaced subscription got a NOTIFY: %s", n.Body())
+	default:
 	}
 }

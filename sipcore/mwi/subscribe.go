@@ -99,7 +99,10 @@ func (m *Manager) subscribe(req *sip.Request) (*sip.Response, func()) {
 		sb.ended = true
 		return res, func() { m.send(sb, true) }
 	}
-	m.add(sb)
+	if old := m.add(sb); old != nil && m.remove(old) {
+		m.save(nil, old)
+		m.log.Info("mwi subscription replaced: too many for the account", "subscriber", s.Subscriber, "max", m.opts.MaxPerSubscriber)
+	}
 	m.log.Debug("mwi subscription", "subscriber", s.Subscriber, "account", s.Account, "expires", expires)
 	return res, func() { m.send(sb, false) }
 }
