@@ -14,7 +14,8 @@
 // by a NOTIFY with Subscription-State active;expires=N.
 //
 // A SUBSCRIBE inside the dialog (matched by Call-ID and tags, which are
-// not guessable) refreshes it without a new challenge; Expires: 0 ends it
+// not guessable) refreshes it without a new challenge; an Accept that
+// excludes application/simple-message-summary is answered 406; Expires: 0 ends it
 // with a NOTIFY terminated;reason=timeout. When a subscription expires
 // unrefreshed it gets the same final NOTIFY. A NOTIFY answered 481 or 408,
 // or not answered at all, ends the subscription silently. Other event

@@ -302,13 +302,20 @@ func TestSubscribeRefusals(t *testing.T) {
 	}
 	check("too brief", p.SubscribeRequest("101", "message-summary", 1), 423, "Min-Expires", "2")
 	check("presence", p.SubscribeRequest("101", "presence", 600), 489, "Allow-Events", "message-summary")
+	check("presence allows", p.SubscribeRequest("101", "presence", 600), 489, "Allow", "OPTIONS, SUBSCRIBE")
+	xml := p.SubscribeRequest("101", "message-summary", 600)
+	xml.ReplaceHeader(sip.NewHeader("Accept", "application/xml"))
+	check("not acceptable", xml, 406, "Accept", "application/simple-message-summary")
+	wide := p.SubscribeRequest("101", "message-summary", 600)
+	wide.ReplaceHeader(sip.NewHeader("Accept", "application/xml, application/*"))
+	check("acceptable", wide, 200, "", "")
 	check("no mailbox", p.SubscribeRequest("102x", "message-summary", 600), 404, "", "")
 	other := p.SubscribeRequest("201", "message-summary", 600)
 	other.Recipient.Host = "beta.example"
 	check("other tenant", other, 403, "", "")
 	check("too long", p.SubscribeRequest("101", "message-summary", 1_000_000), 200, "Expires", "86400")
-	if m.Count() != 1 {
-		t.Errorf("%d subscriptions, want the one accepted", m.Count())
+	if m.Count() != 2 {
+		t.Errorf("%d subscriptions, want the two accepted", m.Count())
 	}
 }
 

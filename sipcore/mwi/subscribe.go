@@ -41,6 +41,13 @@ func (m *Manager) subscribe(req *sip.Request) (*sip.Response, func()) {
 		// RFC 6665 section 4.2.1.1: 489 names the packages served.
 		res := sipcore.Response(req, sipcore.StatusBadEvent)
 		res.AppendHeader(sip.NewHeader("Allow-Events", EventPackage))
+		res.AppendHeader(sip.NewHeader("Allow", m.opts.SIP.Allow()))
+		return res, nil
+	}
+	if !accepts(req) {
+		// RFC 6665 section 4.2.1.1: the only body type offered is refused.
+		res := sipcore.Response(req, sip.StatusNotAcceptable)
+		res.AppendHeader(sip.NewHeader("Accept", ContentType))
 		return res, nil
 	}
 	from, to := req.From(), req.To()
@@ -218,4 +225,22 @@ func localOf(req *sip.Request) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
+}
+
+// accepts reports whether req's Accept headers, if any, take ContentType.
+func accepts(req *sip.Request) bool {
+	hdrs := req.GetHeaders("Accept")
+	if len(hdrs) == 0 {
+		return true
+	}
+	for _, h := range hdrs {
+		for _, v := range strings.Split(h.Value(), ",") {
+			v, _, _ = strings.Cut(v, ";")
+			switch strings.ToLower(strings.TrimSpace(v)) {
+			case ContentType, "application/*", "*/*":
+				return true
+			}
+		}
+	}
+	return false
 }
