@@ -14,12 +14,12 @@
 // by a NOTIFY with Subscription-State active;expires=N.
 //
 // A SUBSCRIBE inside the dialog (matched by Call-ID and tags, which are
-// not guessable) refreshes it without a new challenge; an Accept that
-// excludes application/simple-message-summary is answered 406; Expires: 0 ends it
+// not guessable) refreshes it without a new challenge; Expires: 0 ends it
 // with a NOTIFY terminated;reason=timeout. When a subscription expires
 // unrefreshed it gets the same final NOTIFY. A NOTIFY answered 481 or 408,
 // or not answered at all, ends the subscription silently. Other event
-// packages are refused with 489 and Allow-Events: message-summary.
+// packages are refused with 489, Allow-Events: message-summary and Allow;
+// an Accept that excludes application/simple-message-summary gets 406.
 //
 // An account holds at most MaxPerSubscriber subscriptions (32): past it a
 // new one replaces the one expiring soonest, silently, as the registrar
