@@ -29,8 +29,9 @@ const (
 	// notifyTimeout bounds one NOTIFY transaction (64*T1, Timer F).
 	notifyTimeout = 32 * time.Second
 	// resyncWorkers bounds the NOTIFYs in flight when Run resyncs the
-	// subscriptions restored at start.
-	resyncWorkers = 16
+	// subscriptions restored at start; a phone gone for good holds one for
+	// notifyTimeout, so there are enough for live phones to pass.
+	resyncWorkers = 64
 )
 
 var (
