@@ -66,7 +66,7 @@ type env struct {
 	tcp   netip.AddrPort
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := siptest.NewDirectory()
 	dir.AddDomain("acme", "acme.example")
