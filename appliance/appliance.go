@@ -20,6 +20,7 @@ import (
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/appliance/mobile"
+	"pbx/appliance/mwi"
 	"pbx/appliance/prompts"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
@@ -70,6 +71,7 @@ type Appliance struct {
 	limits  *guard.Limiter
 	sip     *sipcore.Server
 	reg     *registrar.Registrar
+	mwi     *mwi.Service // nil unless message waiting is on
 	media   *rtpcore.Engine
 	calls   *b2bua.Manager
 	trunks  *trunk.Manager
@@ -133,7 +135,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 		}
 		if hasMailboxes(cfg) {
-			if a.vm, a.notices, err = newVoicemail(dd, cfg, nil, log.With("component", "voicemail")); err != nil {
+			if a.vm, a.notices, err = newVoicemail(dd, cfg, func(tenant, ext string) { a.mwi.Notify(tenant, ext) }, log.With("component", "voicemail")); err != nil {
 				return nil, err
 			}
 		}
@@ -188,6 +190,25 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
+	if mwi.Enabled(cfg) {
+		mo := mwi.Options{SIP: a.sip, Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess}
+		if a.db != nil {
+			mo.Store = a.db.Subscriptions()
+		}
+		if a.mwi, err = mwi.New(cfg, a.dir, mo, log.With("component", "mwi")); err != nil {
+			return nil, err
+		}
+		if a.vm != nil {
+			vm := a.vm
+			a.mwi.SetCounts(func(tenant, ext string) (int, int) {
+				n, saved, err := vm.Counts(tenant, ext)
+				if err != nil {
+					log.Warn("message count not read for a lamp", "tenant", tenant, "extension", ext, "err", err)
+				}
+				return n, saved
+			})
+		}
+	}
 
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
 		Quarantine: sys.Media.PortQuarantine.D()}
@@ -308,6 +329,10 @@ func mediaBindIP(ls []config.Listener) netip.Addr {
 	return ip
 }
 
+// MWI returns message waiting, nil when it is off; the voicemail store calls
+// its Notify on every change and gives it its counts (SetCounts).
+func (a *Appliance) MWI() *mwi.Service { return a.mwi }
+
 // SIP returns the SIP server (for tests that need the bound addresses).
 func (a *Appliance) SIP() *sipcore.Server { return a.sip }
 
@@ -321,6 +346,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	g.Go(func() error { return a.reg.Run(gctx) })
 	g.Go(func() error { return a.guard.Run(gctx) })
 	g.Go(func() error { return a.hooks.Run(gctx) })
+	if a.mwi != nil {
+		g.Go(func() error { return a.mwi.Run(gctx) })
+	}
 	g.Go(func() error { return live{a.bus}.runCounters(gctx, a.src, a.guard) })
 	g.Go(func() error { return a.limits.Run(gctx, 0, a.log.With("component", "limits")) })
 	g.Go(func() error {

@@ -31,10 +31,13 @@ var (
 	// Open creates any missing bucket, and a program that does not know it
 	// leaves it alone.
 	bucketMinutes = []byte("minutes")
+	// bucketSubscriptions holds the message-waiting subscriptions; like
+	// minutes it needs no migration.
+	bucketSubscriptions = []byte("subscriptions")
 
 	keySchema = []byte("schema")
 
-	allBuckets = [][]byte{bucketMeta, bucketRegistrations, bucketMinutes, bucketDevices, bucketDeviceTokens}
+	allBuckets = [][]byte{bucketMeta, bucketRegistrations, bucketMinutes, bucketDevices, bucketDeviceTokens, bucketSubscriptions}
 )
 
 // Options configures Open.

@@ -17,17 +17,21 @@ var quietMethods = map[sip.RequestMethod]bool{
 }
 
 // handleNoRoute answers a request whose method has no handler (REFER is
-// handled by the b2bua when it runs). The PBX implements no event package
-// and no reliable provisional responses yet, so:
+// handled by the b2bua when it runs, SUBSCRIBE by package mwi when message
+// waiting is on). The PBX implements no reliable provisional responses, so:
 //
 //   - SUBSCRIBE gets 489 (Bad Event): the method is understood but no event
-//     package is supported (RFC 6665 section 4.2.1.1);
+//     package is served (RFC 6665 section 4.2.1.1), so the answer carries
+//     no Allow-Events;
 //   - PRACK gets 420 (Bad Extension) with Unsupported: 100rel, the answer
 //     of a UAS that does not implement RFC 3262: the PBX never sends a
 //     reliable provisional response, so nothing can be acknowledged;
 //   - anything else (REFER, MESSAGE, NOTIFY, PUBLISH, an unknown token) gets
-//     405 (Method Not Allowed) with the Allow header RFC 3261 section 8.2.1
-//     requires.
+//     405 (Method Not Allowed).
+//
+// Every one of these refusals carries the Allow header (RFC 3261 section
+// 8.2.1 requires it in a 405; in the others it tells the client what it
+// may send instead).
 //
 // The methods phones routinely send are logged at debug level; any other
 // at info level with a kind the daemon's logger rate-limits, so a flood is
@@ -47,8 +51,8 @@ func (s *Server) handleNoRoute(req *sip.Request, tx sip.ServerTransaction) {
 		res = BadExtension(req, []string{"100rel"})
 	default:
 		res = Response(req, sip.StatusMethodNotAllowed)
-		res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
 	}
+	res.AppendHeader(sip.NewHeader("Allow", s.Allow()))
 	logf := s.log.Info
 	if quietMethods[req.Method] {
 		logf = s.log.Debug

@@ -21,7 +21,7 @@ func request(t *testing.T, s *sipcore.Server, method, extra string) string {
 	c := udpClient(t)
 	to, _ := s.Addr("main")
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	branch := "nr" + strings.ToLower(method)
+	branch := "nr" + strings.ToLower(method) + sip.GenerateTagN(8)
 	msg := fmt.Sprintf("%s sip:pbx@127.0.0.1 SIP/2.0\r\n"+
 		"Via: SIP/2.0/UDP %s;branch=z9hG4bK%s\r\n"+
 		"From: <sip:probe@127.0.0.1>;tag=1\r\nTo: <sip:pbx@127.0.0.1>\r\n"+
@@ -67,8 +67,9 @@ func TestUnhandledMethodsAnsweredPerRFC(t *testing.T) {
 	}{
 		{"REFER", "Refer-To: <sip:103@127.0.0.1>\r\n", []string{"SIP/2.0 405 Method Not Allowed", "Allow: OPTIONS"}, nil},
 		{"MESSAGE", "", []string{"SIP/2.0 405 Method Not Allowed", "Allow: OPTIONS"}, nil},
-		{"SUBSCRIBE", "Event: message-summary\r\nExpires: 600\r\n", []string{"SIP/2.0 489 Bad Event"}, []string{"Allow:"}},
-		{"PRACK", "RAck: 1 1 INVITE\r\n", []string{"SIP/2.0 420 Bad Extension", "Unsupported: 100rel"}, nil},
+		{"SUBSCRIBE", "Event: message-summary\r\nExpires: 600\r\n", []string{"SIP/2.0 489 Bad Event", "Allow: OPTIONS"}, []string{"Allow-Events:"}},
+		{"SUBSCRIBE", "Event: presence\r\n", []string{"SIP/2.0 489 Bad Event", "Allow: OPTIONS"}, []string{"Allow-Events:"}},
+		{"PRACK", "RAck: 1 1 INVITE\r\n", []string{"SIP/2.0 420 Bad Extension", "Unsupported: 100rel", "Allow: OPTIONS"}, nil},
 	} {
 		res := request(t, s, tc.method, tc.extra)
 		for _, w := range tc.want {

@@ -166,7 +166,6 @@ var rules = map[string]string{
 	"inert.recordingBeep":       "recording.beep",
 	"inert.maxPending":          "maxPending with local storage",
 	"inert.maxRetryAge":         "storage.s3.maxRetryAge",
-	"inert.mwi":                 "voicemail.mwi",
 	"inert.presign":             "api.recordings.presign",
 	"inert.presignTtl":          "api.recordings.presignTtl",
 	"inert.acl":                 "security.acl",

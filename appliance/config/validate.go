@@ -441,9 +441,6 @@ func (v *validator) system() {
 			v.errf(m, "voicemail.promptsDir", "voicemail.promptsDir", "promptsDir %s is not a readable directory: %v", vm.PromptsDir, err)
 		}
 	}
-	if s.Has("voicemail.mwi") && vm.MWI {
-		v.warnf(m, "voicemail.mwi", "inert.mwi", "mwi is validated but has no effect: no NOTIFY is sent")
-	}
 	if s.SMTP != nil {
 		v.smtp(m, "smtp", s.SMTP)
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -428,4 +429,34 @@ func (a *Auth) NonceCount() int {
 		a.shards[i].mu.Unlock()
 	}
 	return n
+}
+
+// AuthHooks are told of the outcome of Authenticate (the guard's hooks).
+type AuthHooks struct {
+	// OnFailure, when set, is called when credentials were presented and
+	// are wrong. It must be quick.
+	OnFailure func(src netip.AddrPort, domain, username string)
+	// OnSuccess, when set, is called when the credentials are valid; false
+	// refuses the request with 403 Forbidden. It must be quick.
+	OnSuccess func(src netip.AddrPort, domain, username string) bool
+}
+
+// Authenticate checks req's credentials for realm the way REGISTER does
+// (proxy false: 401 and Authorization) or other requests through a proxy
+// (407 and Proxy-Authorization), and tells hooks. It returns the account,
+// or the response to send instead: a challenge, or 403 for wrong
+// credentials and for an account the OnSuccess hook refuses.
+func (a *Auth) Authenticate(req *sip.Request, proxy bool, realm string, hooks AuthHooks) (Account, *sip.Response) {
+	ar := a.Check(req, proxy, realm)
+	src, _ := netip.ParseAddrPort(req.Source())
+	if ar.Outcome != Authorized {
+		if ar.Outcome == Rejected && hooks.OnFailure != nil {
+			hooks.OnFailure(src, realm, ar.Username)
+		}
+		return Account{}, a.Response(req, ar, proxy, realm)
+	}
+	if hooks.OnSuccess != nil && !hooks.OnSuccess(src, realm, ar.Username) {
+		return Account{}, sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+	}
+	return ar.Account, nil
 }

@@ -275,21 +275,10 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Request", nil)
 	}
 	realm := RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host)
-	ar := r.auth.Check(req, false, realm)
-	if ar.Outcome != Authorized {
-		if ar.Outcome == Rejected && r.opts.OnAuthFailure != nil {
-			src, _ := netip.ParseAddrPort(req.Source())
-			r.opts.OnAuthFailure(src, realm, ar.Username)
-		}
-		return r.auth.Response(req, ar, false, realm)
+	acct, refused := r.auth.Authenticate(req, false, realm, AuthHooks{OnFailure: r.opts.OnAuthFailure, OnSuccess: r.opts.OnAuthSuccess})
+	if refused != nil {
+		return refused
 	}
-	if r.opts.OnAuthSuccess != nil {
-		src, _ := netip.ParseAddrPort(req.Source())
-		if !r.opts.OnAuthSuccess(src, realm, ar.Username) {
-			return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
-		}
-	}
-	acct := ar.Account
 	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {
 		// Valid credentials for another AOR.
 		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)

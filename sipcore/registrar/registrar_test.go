@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -705,19 +706,19 @@ func TestNATKeepalive(t *testing.T) {
 func TestOnChange(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
-	var reg *registrar.Registrar
+	var reg atomic.Pointer[registrar.Registrar] // set after the server runs
 	clock := time.Now()
 	e := newEnv(t, func(o *registrar.Options) {
 		o.SweepInterval = 20 * time.Millisecond
 		o.Now = func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 		o.OnChange = func(c registrar.Change, b registrar.Binding) {
-			_ = reg.Count() // would deadlock under the registrar's lock
+			_ = reg.Load().Count() // would deadlock under the registrar's lock
 			mu.Lock()
 			got = append(got, c.String()+" "+b.Username)
 			mu.Unlock()
 		}
 	})
-	reg = e.reg
+	reg.Store(e.reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.reg.Run(ctx) }()

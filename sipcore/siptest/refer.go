@@ -61,6 +61,9 @@ func (c *Call) Replaces() string {
 func (c *Call) Notifies() <-chan string { return c.notifies }
 
 func (p *Phone) onNotify(req *sip.Request, tx sip.ServerTransaction) {
+	if p.onSubscriptionNotify(req, tx) {
+		return
+	}
 	c := p.findCall(req)
 	if c == nil {
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil))
