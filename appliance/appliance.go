@@ -301,7 +301,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.devices != nil {
 		backends.Devices = mobileweb.Operator(a.devices)
 	}
-	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog)}, log.With("component", "api")); err != nil {
+	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog, a.vm)}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if a.web.Enabled() {
