@@ -64,6 +64,11 @@ func (a *testApp) wait(t *testing.T) appStart {
 // appRouter answers appExt with app and dials other extensions with next
 // as the dial's Target.Next.
 func appRouter(app b2bua.App, next func(ctx context.Context, f b2bua.Failure) *b2bua.Target) func(*b2bua.Inbound, *registrar.Registrar, *sipcore.Server) b2bua.Decision {
+	return appRouterRing(app, next, 10*time.Second)
+}
+
+// appRouterRing is appRouter with the dial's ring timeout.
+func appRouterRing(app b2bua.App, next func(ctx context.Context, f b2bua.Failure) *b2bua.Target, ring time.Duration) func(*b2bua.Inbound, *registrar.Registrar, *sipcore.Server) b2bua.Decision {
 	return func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision {
 		ext := in.RequestURI.User
 		meta := b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain}
@@ -71,7 +76,7 @@ func appRouter(app b2bua.App, next func(ctx context.Context, f b2bua.Failure) *b
 			return b2bua.Decision{Target: &b2bua.Target{App: app, Name: "test-app", Meta: meta}}
 		}
 		legs := b2bua.LegsFor(reg.Lookup(in.Caller.Tenant, ext), srv.ConnectionOpen, ext, ext)
-		return b2bua.Decision{Target: &b2bua.Target{Legs: legs, RingTimeout: 10 * time.Second, CallerID: b2bua.Identity{User: in.Caller.Extension}, Meta: meta, Next: next}}
+		return b2bua.Decision{Target: &b2bua.Target{Legs: legs, RingTimeout: ring, CallerID: b2bua.Identity{User: in.Caller.Extension}, Meta: meta, Next: next}}
 	}
 }
 
@@ -487,5 +492,89 @@ func TestCancelledCallNeverCallsNext(t *testing.T) {
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("next called %d times after a cancel", n)
+	}
+}
+
+// An application's call keeps the caller side's session timer (a caller
+// that stops refreshing is hung up, the application's context cancelled)
+// and the media timeout (a caller that sends no RTP).
+func TestAppSessionTimerAndMediaTimeout(t *testing.T) {
+	t.Run("session timer", func(t *testing.T) {
+		app := newTestApp()
+		e := newEnv(t, envOpts{route: appRouter(app, nil), minSE: time.Second})
+		alice := e.phone("udp", "alice", "alice-pw")
+		call := alice.DialWith(ctxT(t), appExt, hdr("Supported", "timer"), hdr("Session-Expires", "3;refresher=uac"), hdr("Min-SE", "1"))
+		if s := final(t, call); s != 200 {
+			t.Fatalf("final %d", s)
+		}
+		if got := headerValue(call.Response(), "Session-Expires"); got != "3;refresher=uac" {
+			t.Fatalf("2xx Session-Expires %q", got)
+		}
+		app.wait(t)
+		waitCh(t, app.cancelled, "application context cancelled")
+		waitCh(t, call.Ended(), "BYE from the PBX")
+		if ev := e.rec.ended(t); ev.Call.Reason != b2bua.ReasonSessionExpired {
+			t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
+		}
+	})
+	t.Run("media timeout", func(t *testing.T) {
+		app := newTestApp()
+		e := newEnv(t, envOpts{route: appRouter(app, nil), mediaTimeout: time.Second})
+		alice := e.phone("udp", "alice", "alice-pw")
+		call := alice.Dial(ctxT(t), appExt)
+		if s := final(t, call); s != 200 {
+			t.Fatalf("final %d", s)
+		}
+		app.wait(t)
+		waitCh(t, app.cancelled, "application context cancelled")
+		waitCh(t, call.Ended(), "BYE from the PBX")
+		if ev := e.rec.ended(t); ev.Call.Reason != "media timeout" {
+			t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
+		}
+	})
+}
+
+// A ring timeout with a Next returning an application: the callee's early
+// media stops reaching the caller, who then hears the application.
+func TestNextAfterRingTimeoutStopsEarlyMedia(t *testing.T) {
+	app := newTestApp()
+	var got atomic.Value
+	next := func(ctx context.Context, f b2bua.Failure) *b2bua.Target {
+		got.Store(f)
+		return &b2bua.Target{App: app, Name: "voicemail"}
+	}
+	e := newEnv(t, envOpts{route: appRouterRing(app, next, time.Second)})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring, EarlyMedia: true})
+	call := alice.Dial(ctxT(t), "102")
+	in := bob.WaitIncoming(wait)
+	waitCh(t, call.EarlyMedia(), "early media")
+	exchange(t, in.Media(), call.Media(), 5, "ring")
+	if s := final(t, call); s != 200 {
+		t.Fatalf("final %d, want 200 from the application", s)
+	}
+	waitCh(t, in.Cancelled(), "callee cancelled")
+	ch := app.wait(t).ch
+	if f, _ := got.Load().(b2bua.Failure); f.Cause != b2bua.CauseNoAnswer || f.Status != 480 {
+		t.Fatalf("next called with %+v", f)
+	}
+	before := len(call.Media().Received())
+	for range 5 {
+		if _, err := in.Media().Send([]byte("ringback-after-answer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	play(t, ch, call.Media(), rtpcore.PayloadPCMA, pattern(320, 6))
+	for _, p := range call.Media().Received()[before:] {
+		if string(p.Payload) == "ringback-after-answer" {
+			t.Fatal("the failed leg's early media still reaches the caller")
+		}
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := e.rec.ended(t); len(ev.Call.Legs) != 2 || ev.Call.Legs[0].Won || ev.Call.Legs[1].Kind != b2bua.KindLocal {
+		t.Fatalf("legs %+v", ev.Call.Legs)
 	}
 }
