@@ -263,8 +263,8 @@ func TestAppPlaysReadsDigitsAndEndsOnBye(t *testing.T) {
 }
 
 // Listen yields the caller's audio in order on a wall-clock time line:
-// a pause in the caller's packets is silence, and a packet sent again is
-// not heard twice.
+// a pause in the caller's packets is silence (late and duplicate packets:
+// TestTimelinePlacesPackets).
 func TestAppListenTimeline(t *testing.T) {
 	app := newTestApp()
 	e := newEnv(t, envOpts{route: appRouter(app, nil)})
@@ -549,6 +549,7 @@ func TestNextAfterRingTimeoutStopsEarlyMedia(t *testing.T) {
 	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring, EarlyMedia: true})
 	call := alice.Dial(ctxT(t), "102")
 	in := bob.WaitIncoming(wait)
+	waitCh(t, in.EarlyMedia(), "callee's early media")
 	waitCh(t, call.EarlyMedia(), "early media")
 	exchange(t, in.Media(), call.Media(), 5, "ring")
 	if s := final(t, call); s != 200 {
