@@ -204,6 +204,15 @@ func TestAppPlaysReadsDigitsAndEndsOnBye(t *testing.T) {
 	}
 	play(t, ch, m, pt, pattern(1000, 2))
 	checkContinuous(t, m.Received())
+	// A Play whose context ends returns ctx.Err() at once, the stream going
+	// on with silence.
+	pctx, pcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	start := time.Now()
+	err := ch.Play(pctx, pattern(8000, 3)) // 1 s
+	pcancel()
+	if err != context.DeadlineExceeded || time.Since(start) > 900*time.Millisecond {
+		t.Fatalf("play with a 100 ms context: %v after %s", err, time.Since(start))
+	}
 
 	// RFC 4733: progress packets, then the end packet three times: one key press.
 	end := []byte{5, 0x80 | 10, 1, 64}
@@ -215,7 +224,7 @@ func TestAppPlaysReadsDigitsAndEndsOnBye(t *testing.T) {
 	readDigit(t, ch, '7')
 
 	// Hold and resume are answered by the PBX; the application goes on.
-	res, ans, err := call.ReInvite(ctxT(t), "sendonly")
+	res, ans, err := call.ReInvite(ctxT(t), "sendonly") // hold
 	if err != nil || res.StatusCode != 200 || ans.Direction != "recvonly" {
 		t.Fatalf("hold: %v %v %+v", res, err, ans)
 	}

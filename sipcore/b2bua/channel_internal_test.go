@@ -51,3 +51,18 @@ func TestTimelinePlacesPackets(t *testing.T) {
 		t.Fatalf("frames %v, want %v", got, want)
 	}
 }
+
+// A Listen reader that falls behind loses the oldest frames, never the
+// newest, and the queue holds listenBacklog frames (2 s).
+func TestDeliverFrameDropsOldest(t *testing.T) {
+	out := make(chan []int16, listenBacklog)
+	for i := range listenBacklog + 10 {
+		deliverFrame(out, []int16{int16(i)})
+	}
+	if len(out) != listenBacklog {
+		t.Fatalf("%d frames queued, want %d", len(out), listenBacklog)
+	}
+	if f := <-out; f[0] != 10 {
+		t.Fatalf("oldest frame kept is %d, want 10", f[0])
+	}
+}
