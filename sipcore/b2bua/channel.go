@@ -2,6 +2,7 @@ package b2bua
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,7 +28,8 @@ const (
 // appChannel is the Channel of a local application: one Injection on the
 // caller's leg, held for the whole call and paced every 20 ms, carries
 // the played audio and silence in between, so sequence numbers and
-// timestamps run on without a break across Plays.
+// timestamps run on without a break across Plays (nothing is sent while
+// the caller holds the call).
 type appChannel struct {
 	c      *Call
 	a      *appRun
@@ -55,10 +57,43 @@ func (ch *appChannel) startPacer(ctx context.Context) {
 		defer c.m.wg.Done()
 		defer close(ch.pacing)
 		defer inj.Close()
-		if err := rtpcore.Play(ctx, inj, ch.src, framePtime); err != nil && ctx.Err() == nil {
+		if err := ch.pace(ctx, inj); err != nil && ctx.Err() == nil {
 			c.log.Debug("local application audio stopped", "err", err)
 		}
 	}()
+}
+
+// pace sends the source's frames on the wall clock until ctx ends. While
+// the caller holds the call (its offer was sendonly or inactive, so the
+// PBX answered that it sends nothing, RFC 3264 section 6.1) and when the
+// pacer fell more than maxCatchUp frames behind, frames are consumed and
+// their time skipped without sending: the timestamps still follow the
+// clock and the sequence numbers show no loss.
+func (ch *appChannel) pace(ctx context.Context, inj *rtpcore.Injection) error {
+	const maxCatchUp = 3
+	buf := make([]byte, 0, 2*frameSamples)
+	start := time.Now()
+	var sent int64
+	tick := time.NewTicker(framePtime)
+	defer tick.Stop()
+	for {
+		due := int64(time.Since(start)/framePtime) + 1
+		for ; sent < due; sent++ {
+			p, n, _ := ch.src.NextFrame(buf)
+			if due-sent > maxCatchUp || ch.c.held() {
+				inj.Skip(n)
+				continue
+			}
+			if err := inj.Write(p, n); err != nil {
+				return fmt.Errorf("local application audio: %w", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 // Call returns a snapshot of the call.
