@@ -117,7 +117,7 @@
 // goes on the record); the caller's BYE, Hangup, a media timeout or a
 // session timer cancel Run's context and Run is awaited for two seconds.
 // The caller's re-INVITEs are answered by the PBX (direction mirrored, the
-// application goes on); REFER and Replaces naming such a call get 491 and
+// application goes on; nothing is sent while the caller holds); REFER and Replaces naming such a call get 491 and
 // 481 (there is no far party to transfer). Target.Next: when every leg of
 // a dial failed (busy, no answer, ring timeout, no contact, rejected; never
 // after the caller cancelled or the call was hung up), Next runs on the
