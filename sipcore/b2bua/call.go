@@ -82,6 +82,8 @@ type Call struct {
 	winner     *outLeg
 	byeBy      *outLeg // side that sent BYE (nil with byeCaller false: none)
 	byeCaller  bool
+
+	app atomic.Pointer[appRun] // a local application answered the call (app_call.go)
 }
 
 // closeFork stops legs from winning or reporting.
@@ -474,9 +476,5 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	c.callerOrig.Username = c.m.sip.UserAgent()
 
 	c.event(EventCreated, nil)
-	if len(target.Legs) == 0 {
-		c.fail(sip.StatusTemporarilyUnavailable, CauseNoAnswer, "no contacts registered")
-		return
-	}
-	c.fork(target)
+	c.place(target) // next.go
 }

@@ -99,6 +99,33 @@
 // relayed there). The caller's digits, either way, are kept in
 // CallInfo.Digits.
 //
+// Local applications (app.go, app_call.go, channel.go): a Target with App
+// set is answered by the PBX itself: 200 with the SDP of the caller's own
+// media leg (G.711 negotiated against the configured codecs as for a
+// dial, telephone-event when the caller offers it; a late-offer caller
+// gets the offer in the 200 and answers in the ACK), the created and
+// answered events as for any call, with one leg of kind KindLocal named
+// by Target.Name ("app" when empty; answered_by stays empty). App.Run
+// then runs on its own goroutine with a Channel: Play sends through one
+// injection held for the whole call, a frame every 20 ms (silence between
+// plays), so sequence numbers and timestamps never break; Digits gets each
+// RFC 4733 key press and each INFO digit (HideDigits keeps later ones off
+// CallInfo.Digits); Listen decodes the caller's audio onto a wall-clock
+// time line (a missing frame is silence, a late or duplicate packet is
+// dropped, a slow reader loses the oldest frames beyond 2 s) through a tap
+// that never blocks the relay. Run returning hangs up with BYE (its cause
+// goes on the record); the caller's BYE, Hangup, a media timeout or a
+// session timer cancel Run's context and Run is awaited for two seconds.
+// The caller's re-INVITEs are answered by the PBX (direction mirrored, the
+// application goes on; nothing is sent while the caller holds); REFER and Replaces naming such a call get 491 and
+// 481 (there is no far party to transfer). Target.Next: when every leg of
+// a dial failed (busy, no answer, ring timeout, no contact, rejected; never
+// after the caller cancelled or the call was hung up), Next runs on the
+// call's goroutine with the failure the caller would get; the Target it
+// returns runs instead (another dial, whose legs follow the first's on the
+// record, or an App answering at once), nil gives the caller the failure.
+// The failed legs' early media stops before Next is asked.
+//
 // Failover (failover.go): a leg with LegTarget.Alternates (a trunk's SRV
 // targets) sends its INVITE to the next one after a 503 or after
 // Options.FailoverAfter without any response (RFC 3263 section 4.3).

@@ -12,8 +12,10 @@ import (
 )
 
 // fork starts every leg and drives the call until it is answered and ended,
-// or fails.
-func (c *Call) fork(target *Target) {
+// or fails. It returns the failure when every leg failed or the ring timer
+// ran out (the caller is not answered yet: place decides, through
+// Target.Next), nil when the call is over.
+func (c *Call) fork(target *Target) *dialFailure {
 	ringTimeout := target.RingTimeout
 	if ringTimeout <= 0 {
 		ringTimeout = c.m.opts.RingTimeout
@@ -25,8 +27,11 @@ func (c *Call) fork(target *Target) {
 	defer legsWG.Wait()
 	defer c.closeFork()
 	var startFailures []int
+	c.mu.Lock()
+	first := len(c.legs) // legs of an earlier dial (Target.Next) keep their numbers
+	c.mu.Unlock()
 	for i, lt := range target.Legs {
-		l, err := c.newLeg(i, lt, target, ringTimeout)
+		l, err := c.newLeg(first+i, lt, target, ringTimeout)
 		if err != nil {
 			c.log.Warn("leg not started", "target", lt.Name, "err", err)
 			now := time.Now()
@@ -102,7 +107,7 @@ func (c *Call) fork(target *Target) {
 					// caller goroutine owns every leg until the end.
 					c.waitEnd()
 				}
-				return
+				return nil
 			case legFailed:
 				pending--
 				finals = append(finals, ev.status)
@@ -110,23 +115,22 @@ func (c *Call) fork(target *Target) {
 		case <-ring.C:
 			c.closeFork()
 			cancelAll(nil)
-			c.fail(sip.StatusTemporarilyUnavailable, CauseNoAnswer, "ring timeout")
-			return
+			return c.dialFailed(target, Failure{Cause: CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "ring timeout")
 		case <-c.caller.Context().Done():
 			c.closeFork()
 			cancelAll(nil)
 			c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
-			return
+			return nil
 		case why := <-c.endCh:
 			c.closeFork()
 			cancelAll(nil)
 			c.fail(sip.StatusTemporarilyUnavailable, CauseCancelled, why)
-			return
+			return nil
 		}
 	}
 	c.closeFork()
 	status, cause := bestFailure(finals)
-	c.fail(status, cause, "no leg answered")
+	return c.dialFailed(target, Failure{Cause: cause, Status: status}, "no leg answered")
 }
 
 // bestFailure picks the caller's final answer when every leg failed.

@@ -136,6 +136,10 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		_ = tx.Respond(res)
 		return
 	}
+	if ref.leg == nil && c.localApp() != nil {
+		c.localReInvite(req, tx) // app_call.go
+		return
+	}
 	c.mu.Lock()
 	w := c.winner
 	c.mu.Unlock()
@@ -345,6 +349,9 @@ func (c *Call) newInDialogInvite(uri sip.Uri, body []byte) *sip.Request {
 // far end takes as INFO only, is relayed to the other side, whose answer
 // is returned.
 func (c *Call) handleInfo(req *sip.Request, fromCaller bool) int {
+	if a := c.localApp(); a != nil && fromCaller {
+		return c.localInfo(a, req) // app_call.go
+	}
 	c.mu.Lock()
 	w := c.winner
 	c.mu.Unlock()

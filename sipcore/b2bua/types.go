@@ -61,6 +61,9 @@ const (
 	KindEndpoint = "endpoint" // a registered phone
 	KindTrunk    = "trunk"    // a carrier
 	KindMobile   = "mobile"   // the room-service bridge
+	// KindLocal is the leg of a call a local application answered
+	// (Target.App): LegInfo.Target is the Target's Name.
+	KindLocal = "local"
 )
 
 // Rejection says how an INVITE is answered; it is also the call record's
@@ -165,6 +168,10 @@ type Target struct {
 	// App, when set, answers the call locally and runs it (app.go); Legs
 	// must then be empty.
 	App App
+	// Name names the local application on the call record: the target of
+	// its leg (kind KindLocal), e.g. "voicemail". Empty: "app". The
+	// record's answered_by stays empty: no extension picked up.
+	Name string
 	// Next, when set, is asked after every leg failed (busy, no answer,
 	// unavailable; never after the caller cancelled) what to do instead:
 	// another Target (a dial, or an App such as voicemail) or nil to give
