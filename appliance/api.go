@@ -205,7 +205,7 @@ func (c callSource) Calls(ctx context.Context) ([]api.Call, error) {
 // apiCall is a live call as the management API shows it, its caller named
 // as on its record.
 func apiCall(ci *b2bua.CallInfo) api.Call {
-	from, _ := callerOf(ci)
+	from, _ := ci.Calling()
 	call := api.Call{
 		ID: string(ci.ID), Tenant: ci.Tenant, Direction: ci.Direction, From: from, To: ci.To,
 		State: ci.State, StartedAt: ci.Start, Legs: []api.CallLeg{}, Held: ci.Held,

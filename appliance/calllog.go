@@ -138,7 +138,7 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	rec.ID = cdr.ID(c.ID)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID
-	rec.From, rec.FromName = callerOf(c)
+	rec.From, rec.FromName = c.Calling()
 	rec.To = c.To
 	rec.DID = c.DID
 	rec.Trunk = c.Trunk

@@ -192,7 +192,7 @@ func (r *callRecorder) CallEvent(ev b2bua.Event) {
 
 // sidecarOf is what a call's sidecar says of it, as its call record does.
 func sidecarOf(c *b2bua.CallInfo) recording.Sidecar {
-	from, _ := callerOf(c)
+	from, _ := c.Calling()
 	rec := recordOf(c)
 	sc := recording.Sidecar{ID: string(c.ID), Tenant: c.Tenant, CallID: c.SIPCallID, Direction: string(rec.Direction),
 		From: from, To: c.To, DID: c.DID, Trunk: c.Trunk, AnsweredBy: c.AnsweredBy, Start: c.Start.UTC().Truncate(time.Millisecond)}

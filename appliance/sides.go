@@ -28,13 +28,3 @@ func sidesOf(c *b2bua.CallInfo) []side {
 	}
 	return out
 }
-
-// callerOf names the caller of c as its record and the API do: the calling
-// extension (or number) and the display name the PBX presented, as routing
-// set them; else the INVITE's From.
-func callerOf(c *b2bua.CallInfo) (from, name string) {
-	if c.Meta.From != "" {
-		return c.Meta.From, c.Meta.FromName
-	}
-	return c.From, c.FromName
-}

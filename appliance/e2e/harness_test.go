@@ -194,6 +194,9 @@ type pbxConfig struct {
 	// Tokens are further API tokens, list items indented under api.tokens
 	// ("      - name: acme\n        token: ...\n"); empty: only testToken.
 	Tokens string
+	// Demo is further keys of the demo tenant's spec, indented under it
+	// ("  mailboxes:\n    - extension: \"101\"\n"); empty: none.
+	Demo string
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -240,6 +243,7 @@ metadata: {name: demo}
 spec:
   domain: 127.0.0.1
 `)
+	b.WriteString(c.Demo)
 	for i, name := range []string{"alice", "bob", "carol", "dave"} {
 		fmt.Fprintf(&b, `---
 configVersion: pbx/v1

@@ -50,8 +50,14 @@ spec:
 // deletion: then "no"; a restart: the resync NOTIFY repeats first).
 func mwiSubscriber(t *testing.T, p *pbxProc, user, mailbox, first, then string, port int) (r *sippRun, dir string) {
 	t.Helper()
-	csv := fmt.Sprintf("SEQUENTIAL\n%s;mwi.example;[authentication username=%s password=%s-secret];%s;Messages-Waiting: %s;Messages-Waiting: %s\n",
-		user, user, user, mailbox, first, then)
+	return mwiSubscriberAt(t, p, "mwi.example", user, mailbox, first, then, port)
+}
+
+// mwiSubscriberAt is mwiSubscriber for a user of the tenant of domain.
+func mwiSubscriberAt(t *testing.T, p *pbxProc, domain, user, mailbox, first, then string, port int) (r *sippRun, dir string) {
+	t.Helper()
+	csv := fmt.Sprintf("SEQUENTIAL\n%s;%s;[authentication username=%s password=%s-secret];%s;Messages-Waiting: %s;Messages-Waiting: %s\n",
+		user, domain, user, user, mailbox, first, then)
 	dir = scenarioDir(t, map[string]string{"mwi.csv": csv})
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -61,7 +67,7 @@ func mwiSubscriber(t *testing.T, p *pbxProc, user, mailbox, first, then string, 
 	r = startSIPp(t, dir, "mwi-"+user, 60*time.Second,
 		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uac_mwi.xml", "-inf", "mwi.csv",
 		// SIPp's digest uri is the remote address unless told.
-		"-auth_uri", mailbox+"@mwi.example",
+		"-auth_uri", mailbox+"@"+domain,
 		"-m", "1", "-p", strconv.Itoa(port), "-i", "127.0.0.1", "-t", "u1")
 	return r, dir
 }

@@ -55,8 +55,9 @@ func (d *deposit) run(ctx context.Context, ch b2bua.Channel) error {
 		return err
 	}
 	call := ch.Call()
+	from, name := call.Calling()
 	rec, err := st.Begin(Message{
-		ID: string(call.ID), Tenant: d.tenant, Extension: ext, From: call.From, FromName: call.FromName,
+		ID: string(call.ID), Tenant: d.tenant, Extension: ext, From: from, FromName: name,
 		CallID: call.SIPCallID, ReceivedAt: d.set.now().UTC(),
 	})
 	if err != nil {

@@ -260,6 +260,16 @@ type CallInfo struct {
 	Digits []Digit `json:"-"`
 }
 
+// Calling names the caller as the call record shows it: Meta.From and
+// Meta.FromName when the Router set them (the calling extension or number,
+// the display name presented), else the INVITE's From.
+func (c *CallInfo) Calling() (from, name string) {
+	if c.Meta.From != "" {
+		return c.Meta.From, c.Meta.FromName
+	}
+	return c.From, c.FromName
+}
+
 // EventKind names a call event.
 type EventKind string
 
