@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/mobile"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -40,6 +41,11 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Getenv reads the environment; nil means os.Getenv.
 	Getenv func(string) string
+	// Devices and Webhooks give the mobile offers the extension's logged-in
+	// apps and the tenant backend's webhooks; with either nil no app rings
+	// (calls placed by apps still work).
+	Devices  mobile.Devices
+	Webhooks mobile.Webhooks
 }
 
 // DefaultDrainTimeout is how long calls may continue after SIGTERM.
@@ -66,6 +72,7 @@ type Appliance struct {
 	trunks *trunk.Manager
 	web    *web.Server
 	bus    *events.Bus
+	mobile *mobile.Service
 	src    *apiSources
 	closed sync.Once
 }
@@ -190,6 +197,8 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 	rt := newRouter(cfg, a.dir, a.reg, a.sip, a.trunks, a.limits, log.With("component", "routing"))
+	a.mobile = mobile.New(mobile.Options{Blocks: mobile.BlocksOf(cfg), Devices: opts.Devices, Webhooks: opts.Webhooks}, log.With("component", "mobile"))
+	rt.mobile, rt.onGrantFailure = a.mobile, func() { a.guard.RecordAuthFailure(netip.AddrPort{}) } // counted, tied to no address
 	obs := observers{newMediaLog(log.With("component", "media"))}
 	if a.rec != nil { // before the call log, which writes its record step
 		policy := recording.NewPolicy(cfg)
@@ -202,6 +211,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.steps.get})
 	}
 	obs = append(obs, rt.steps) // after the call log, which reads the steps
+	obs = append(obs, a.mobile) // ends mobile offers (mobile.ended, room deletion)
 	obs = append(obs, a.limits) // gives back the call limits reserved by Limiter.ReserveCall
 	obs = append(obs, lv)       // publishes on the event bus; nothing else joins this chain
 	if a.calls, err = b2bua.New(b2bua.Options{
@@ -269,6 +279,10 @@ func mediaBindIP(ls []config.Listener) netip.Addr {
 
 // SIP returns the SIP server (for tests that need the bound addresses).
 func (a *Appliance) SIP() *sipcore.Server { return a.sip }
+
+// Mobile is the mobile side of calls: Place and RoomToken for the device
+// routes.
+func (a *Appliance) Mobile() *mobile.Service { return a.mobile }
 
 // Run serves until ctx ends.
 func (a *Appliance) Run(ctx context.Context) error {
