@@ -246,4 +246,3 @@ func (s *Service) Pending() int {
 	defer s.mu.Unlock()
 	return len(s.offers)
 }
-
