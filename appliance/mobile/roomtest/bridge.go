@@ -24,6 +24,9 @@ type Invite struct {
 	Room    string
 	Headers map[string]string // its X-* headers
 	At      time.Time         // when it arrived (after any digest round)
+	// First is when the first INVITE for the room arrived (before any
+	// digest round).
+	First time.Time
 	// Challenged: it came after the bridge's 407 with valid credentials.
 	Challenged bool
 }
@@ -51,7 +54,10 @@ type Bridge struct {
 	dials  chan Dial
 
 	mu      sync.Mutex
+	pbx     netip.AddrPort
 	invites []Invite
+	first   map[string]time.Time // room: first INVITE's arrival
+	rings   map[string]int       // room: 180s sent
 	rooms   map[string]*room
 	nonces  map[string]bool
 }
@@ -87,7 +93,8 @@ func newBridge(s *Server, o Options) (*Bridge, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	b := &Bridge{Addr: addr, srv: s, opt: o, ua: ua, client: client, conn: conn, ctx: ctx, stop: stop,
 		dsc: sipgo.NewDialogServerCache(client, contact), dcc: sipgo.NewDialogClientCache(client, contact),
-		dials: make(chan Dial, 16), rooms: map[string]*room{}, nonces: map[string]bool{}}
+		dials: make(chan Dial, 16), rooms: map[string]*room{}, nonces: map[string]bool{},
+		pbx: o.PBX, first: map[string]time.Time{}, rings: map[string]int{}}
 	srv.OnInvite(b.onInvite)
 	srv.OnAck(func(req *sip.Request, tx sip.ServerTransaction) { _ = b.dsc.ReadAck(req, tx) })
 	srv.OnBye(func(req *sip.Request, tx sip.ServerTransaction) {
@@ -191,6 +198,12 @@ func (b *Bridge) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		_ = tx.Respond(sip.NewResponseFromRequest(req, 488, "Not Acceptable Here", nil))
 		return
 	}
+	arrived := time.Now()
+	b.mu.Lock()
+	if _, ok := b.first[req.Recipient.User]; !ok {
+		b.first[req.Recipient.User] = arrived
+	}
+	b.mu.Unlock()
 	challenged := false
 	if b.opt.Password != "" {
 		if !b.authorised(req) {
@@ -207,7 +220,7 @@ func (b *Bridge) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		}
 	}
 	b.mu.Lock()
-	b.invites = append(b.invites, Invite{Room: name, Headers: hdrs, At: time.Now(), Challenged: challenged})
+	b.invites = append(b.invites, Invite{Room: name, Headers: hdrs, At: arrived, First: b.first[name], Challenged: challenged})
 	b.mu.Unlock()
 	ds, err := b.dsc.ReadInvite(req, tx)
 	if err != nil {
@@ -215,19 +228,43 @@ func (b *Bridge) onInvite(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	defer ds.Close()
-	b.hold(ds, b.roomOf(name))
+	b.hold(ds, name)
+}
+
+// ring sends a 180 for room.
+func (b *Bridge) ring(ds *sipgo.DialogServerSession, name string) {
+	_ = ds.Respond(180, "Ringing", nil)
+	b.mu.Lock()
+	b.rings[name]++
+	b.mu.Unlock()
+}
+
+// Rings is the number of 180s sent for room.
+func (b *Bridge) Rings(name string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rings[name]
+}
+
+// SetPBX sets where CreateSIPParticipant's INVITEs go (once the PBX's
+// port is known).
+func (b *Bridge) SetPBX(ap netip.AddrPort) {
+	b.mu.Lock()
+	b.pbx = ap
+	b.mu.Unlock()
 }
 
 // hold rings every RingEvery until the room is published (200 with an SDP
 // on a real socket), deleted (480) or the INVITE cancelled.
-func (b *Bridge) hold(ds *sipgo.DialogServerSession, r *room) {
-	_ = ds.Respond(180, "Ringing", nil)
+func (b *Bridge) hold(ds *sipgo.DialogServerSession, name string) {
+	r := b.roomOf(name)
+	b.ring(ds, name)
 	tick := time.NewTicker(b.opt.RingEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			_ = ds.Respond(180, "Ringing", nil)
+			b.ring(ds, name)
 			continue
 		case <-ds.Context().Done():
 			return
@@ -319,7 +356,10 @@ func (b *Bridge) call(roomName, to string, headers map[string]string, d *Dial) b
 	for k, v := range headers {
 		hs = append(hs, sip.NewHeader(k, v))
 	}
-	uri := sip.Uri{Scheme: "sip", User: to, Host: b.opt.PBX.Addr().String(), Port: int(b.opt.PBX.Port())}
+	b.mu.Lock()
+	pbx := b.pbx
+	b.mu.Unlock()
+	uri := sip.Uri{Scheme: "sip", User: to, Host: pbx.Addr().String(), Port: int(pbx.Port())}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
 	sdp := siptest.BuildSDPEvent(media.LocalAddr().(*net.UDPAddr).Port, []uint8{0, 8}, "sendrecv", 101)
