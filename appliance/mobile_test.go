@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,21 @@ const (
 type hookReceiver struct {
 	mu   sync.Mutex
 	hits []hookHit
+	from int // wait and events look at hits from here on
+}
+
+// mark makes wait ignore the webhooks received so far.
+func (h *hookReceiver) mark() {
+	h.mu.Lock()
+	h.from = len(h.hits)
+	h.mu.Unlock()
+}
+
+// since are the webhooks received since mark.
+func (h *hookReceiver) since() []hookHit {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]hookHit(nil), h.hits[h.from:]...)
 }
 
 type hookHit struct {
@@ -54,18 +70,16 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Unlock()
 }
 
-func (h *hookReceiver) wait(t *testing.T, event string, n int, d time.Duration) []hookHit {
+func (h *hookReceiver) wait(t testing.TB, event string, n int, d time.Duration) []hookHit {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		var out []hookHit
-		h.mu.Lock()
-		for _, x := range h.hits {
+		for _, x := range h.since() {
 			if x.Event == event {
 				out = append(out, x)
 			}
 		}
-		h.mu.Unlock()
 		if len(out) >= n {
 			return out
 		}
@@ -130,7 +144,7 @@ type mobileEnv struct {
 	sip   netip.AddrPort
 }
 
-func freeUDPPort(t *testing.T) int {
+func freeUDPPort(t testing.TB) int {
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +156,7 @@ func freeUDPPort(t *testing.T) int {
 // startMobileEnv runs the appliance with a room service double (whose
 // bridge challenges with digest and rings every 20 ms), a webhook receiver
 // and bob's phone app (a device on extension 101).
-func startMobileEnv(t *testing.T) *mobileEnv {
+func startMobileEnv(t testing.TB) *mobileEnv {
 	rs := roomtest.Start(t, roomtest.Options{Key: mobKey, Secret: mobSecret, OutboundTrunkID: "ST_pbx",
 		Username: "bridge", Password: "bridge-pw", RingEvery: 20 * time.Millisecond})
 	hr := &hookReceiver{}
@@ -215,16 +229,21 @@ spec:
 	return &mobileEnv{a: a, rs: rs, hooks: hr, sip: udp}
 }
 
-func (e *mobileEnv) phone(t *testing.T, user string, b siptest.Behaviour) *siptest.Phone {
+func (e *mobileEnv) phone(t testing.TB, user string, b siptest.Behaviour) *siptest.Phone {
 	p := siptest.NewPhone(t, siptest.Options{Username: user, Password: user + "-secret", Domain: "127.0.0.1", PBX: e.sip})
 	p.SetBehaviour(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	p.MustRegister(ctx, 300)
+	t.Cleanup(func() { // the next test on this appliance must not ring it
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = p.Register(ctx, 0)
+	})
 	return p
 }
 
-func waitChan(t *testing.T, c <-chan struct{}, what string) {
+func waitChan(t testing.TB, c <-chan struct{}, what string) {
 	t.Helper()
 	select {
 	case <-c:
@@ -234,7 +253,7 @@ func waitChan(t *testing.T, c <-chan struct{}, what string) {
 }
 
 // record waits for the call record of id.
-func (e *mobileEnv) record(t *testing.T, id string) *cdr.Record {
+func (e *mobileEnv) record(t testing.TB, id string) *cdr.Record {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -249,15 +268,26 @@ func (e *mobileEnv) record(t *testing.T, id string) *cdr.Record {
 	}
 }
 
-// TestMobileLegWinsFork: alice calls bob (101), whose desk phone rings
+// TestMobile runs the mobile tests on one appliance with one room service
+// double (a second appliance in the same process races with the first's
+// sipgo goroutines on sipgo's globals).
+func TestMobile(t *testing.T) {
+	e := startMobileEnv(t)
+	t.Run("AppCallThroughBridge", func(t *testing.T) { testAppCallThroughBridge(t, e) })
+	t.Run("MobileLegWinsFork", func(t *testing.T) { testMobileLegWinsFork(t, e) })
+	t.Run("DeskPhoneWinsMobileEnded", func(t *testing.T) { testDeskPhoneWinsMobileEnded(t, e) })
+	t.Run("CallerCancelsMobileEnded", func(t *testing.T) { testCallerCancelsMobileEnded(t, e) })
+}
+
+// testMobileLegWinsFork: alice calls bob (101), whose desk phone rings
 // and whose app has a session. mobile.ringing reaches the backend before
 // the bridge gets the mobile leg's INVITE, which answers the bridge's 407
 // with roomservice.auth and carries the device; the bridge's many 180s do
 // not end the leg. When the app publishes, the mobile leg answers, the
 // desk phone is cancelled, the record names the mobile leg the winner and
 // no mobile.ended follows.
-func TestMobileLegWinsFork(t *testing.T) {
-	e := startMobileEnv(t)
+func testMobileLegWinsFork(t *testing.T, e *mobileEnv) {
+	e.hooks.mark()
 	desk := e.phone(t, "bob", siptest.Behaviour{Mode: siptest.Ring})
 	alice := e.phone(t, "alice", siptest.Behaviour{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -316,18 +346,18 @@ func TestMobileLegWinsFork(t *testing.T) {
 	if e.a.mobile.Pending() != 0 {
 		t.Fatalf("%d offers still followed", e.a.mobile.Pending())
 	}
-	for _, h := range e.hooks.hits {
+	for _, h := range e.hooks.since() {
 		if h.Event == mobile.EventEnded {
 			t.Fatalf("mobile.ended for a won offer: %s", h.Data)
 		}
 	}
 }
 
-// TestDeskPhoneWinsMobileEnded: the desk phone answers first: the mobile
+// testDeskPhoneWinsMobileEnded: the desk phone answers first: the mobile
 // leg is cancelled, mobile.ended says answered_elsewhere, and the room is
 // deleted 5 seconds later.
-func TestDeskPhoneWinsMobileEnded(t *testing.T) {
-	e := startMobileEnv(t)
+func testDeskPhoneWinsMobileEnded(t *testing.T, e *mobileEnv) {
+	e.hooks.mark()
 	e.phone(t, "bob", siptest.Behaviour{Mode: siptest.Answer, Delay: 300 * time.Millisecond})
 	alice := e.phone(t, "alice", siptest.Behaviour{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -358,13 +388,13 @@ func TestDeskPhoneWinsMobileEnded(t *testing.T) {
 	}
 }
 
-// TestAppCallThroughBridge: an app call placed by alice's app reaches
+// testAppCallThroughBridge: an app call placed by alice's app reaches
 // carol's phone through the bridge's INVITE, authorised by its grant alone
 // and presented as alice (100); the grant replayed, a grant for another
 // number and an INVITE with no valid grant are refused with 403 and
 // counted as authentication failures.
-func TestAppCallThroughBridge(t *testing.T) {
-	e := startMobileEnv(t)
+func testAppCallThroughBridge(t *testing.T, e *mobileEnv) {
+	e.hooks.mark()
 	carol := e.phone(t, "carol", siptest.Behaviour{Mode: siptest.Answer})
 	ss := mobile.Session{Tenant: "demo", Account: "alice", Extension: "100", DeviceID: "alice-phone"}
 	placed, err := e.a.Mobile().Place(context.Background(), ss, "102")
@@ -408,4 +438,59 @@ func TestAppCallThroughBridge(t *testing.T) {
 	if n := e.a.guard.Counters().AuthFailures - before; n != 3 {
 		t.Fatalf("%d authentication failures counted, want 3", n)
 	}
+}
+
+// testCallerCancelsMobileEnded: the caller hangs up while the app is
+// offered the call: mobile.ended says caller_cancelled.
+func testCallerCancelsMobileEnded(t *testing.T, e *mobileEnv) {
+	e.hooks.mark()
+	alice := e.phone(t, "alice", siptest.Behaviour{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	callCtx, hangUp := context.WithCancel(ctx)
+	call := alice.Dial(callCtx, "101")
+	ring := e.hooks.wait(t, mobile.EventRinging, 1, 10*time.Second)[0]
+	var rd mobile.RingingData
+	_ = json.Unmarshal(ring.Data, &rd)
+	if _, ok := e.rs.Bridge.WaitInvite(rd.Room, 10*time.Second); !ok {
+		t.Fatal("no INVITE at the bridge")
+	}
+	waitChan(t, call.Ringing(), "ringing at the caller")
+	hangUp()
+	<-call.Done()
+	end := e.hooks.wait(t, mobile.EventEnded, 1, 10*time.Second)[0]
+	var data mobile.EndedData
+	_ = json.Unmarshal(end.Data, &data)
+	if data.Outcome != mobile.OutcomeCallerCancelled || data.Room != rd.Room {
+		t.Fatalf("mobile.ended %+v, want caller_cancelled for %s", data, rd.Room)
+	}
+}
+
+// BenchmarkMobileRingingLatency measures the time from a caller's INVITE
+// leaving (on loopback: arriving) to the mobile.ringing request reaching
+// the tenant backend, through the room creation at the double; the
+// caller's extension has only the app, and each call is cancelled once
+// rung. Reports p50 and p99 in ms.
+func BenchmarkMobileRingingLatency(b *testing.B) {
+	e := startMobileEnv(b)
+	alice := e.phone(b, "alice", siptest.Behaviour{})
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		start := time.Now()
+		call := alice.Dial(ctx, "101")
+		hit := e.hooks.wait(b, mobile.EventRinging, i+1, 10*time.Second)[i]
+		lat = append(lat, hit.At.Sub(start))
+		select {
+		case <-call.Ringing():
+		case <-call.Done():
+		}
+		cancel()
+		<-call.Done()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50_ms")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Microseconds())/1000, "p99_ms")
 }
