@@ -343,8 +343,10 @@ func testMobileLegWinsFork(t *testing.T, e *mobileEnv) {
 	if won != "mobile mobile:bob-phone" || rec.AnsweredBy != "101" {
 		t.Fatalf("record legs %+v answered by %q: want the mobile leg the winner", rec.Legs, rec.AnsweredBy)
 	}
-	if e.a.mobile.Pending() != 0 {
-		t.Fatalf("%d offers still followed", e.a.mobile.Pending())
+	for deadline := time.Now().Add(5 * time.Second); e.a.mobile.Pending() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d offers still followed after the call ended", e.a.mobile.Pending())
+		}
 	}
 	for _, h := range e.hooks.since() {
 		if h.Event == mobile.EventEnded {
