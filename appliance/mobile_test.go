@@ -330,6 +330,10 @@ func testMobileLegWinsFork(t *testing.T, e *mobileEnv) {
 	e.rs.Bridge.Publish(data.Room)
 	waitChan(t, call.Answered(), "answer through the mobile leg")
 	waitChan(t, deskCall.Cancelled(), "cancel of the desk phone")
+	// The app's audio (the bridge's RTP) reaches the caller through the PBX.
+	if _, err := call.Media().WaitReceived(ctx, 10); err != nil {
+		t.Fatalf("caller: %v", err)
+	}
 	if err := call.Hangup(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -418,8 +422,16 @@ func testAppCallThroughBridge(t *testing.T, e *mobileEnv) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("bridge call not answered")
 	}
+	if _, err := in.Media().WaitReceived(context.Background(), 10); err != nil {
+		t.Fatalf("callee: the app's audio through the bridge: %v", err)
+	}
 	c, _ := e.rs.WaitCall("CreateSIPParticipant", placed.Room, time.Second)
 	grant := c.Headers[mobile.HeaderGrant]
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	if err := in.Hangup(hctx); err != nil {
+		t.Fatalf("carol hangs up: %v", err)
+	}
 
 	before := e.a.guard.Counters().AuthFailures
 	mallory := siptest.NewPhone(t, siptest.Options{Username: "mallory", Domain: "127.0.0.1", PBX: e.sip})

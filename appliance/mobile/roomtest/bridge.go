@@ -15,8 +15,6 @@ import (
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
 	"github.com/icholy/digest"
-
-	"pbx/sipcore/siptest"
 )
 
 // Invite is an INVITE the bridge received from the PBX.
@@ -277,23 +275,33 @@ func (b *Bridge) hold(ds *sipgo.DialogServerSession, name string) {
 		}
 		break
 	}
-	media, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(b.opt.Host)})
+	m, err := newMedia(b.opt.Host)
 	if err != nil {
 		_ = ds.Respond(500, "Server Error", nil)
 		return
 	}
-	defer media.Close()
-	port := media.LocalAddr().(*net.UDPAddr).Port
+	defer m.close()
 	b.mu.Lock()
 	r.hangups = append(r.hangups, func() { _ = ds.Bye(context.Background()) })
 	b.mu.Unlock()
-	if err := ds.Respond(200, "OK", siptest.BuildSDPEvent(port, []uint8{0, 8}, "sendrecv", 101), sip.NewHeader("Content-Type", "application/sdp")); err != nil {
+	if err := ds.Respond(200, "OK", m.sdp(), sip.NewHeader("Content-Type", "application/sdp")); err != nil {
 		return
 	}
-	select {
-	case <-ds.Context().Done():
-	case <-b.ctx.Done():
-	}
+	b.stream(ds.Context(), m, ds.InviteRequest.Body())
+}
+
+// stream sends audio to the far end until the call or the bridge ends.
+func (b *Bridge) stream(call context.Context, m *media, far []byte) {
+	ctx, cancel := context.WithCancel(call)
+	defer cancel()
+	go func() {
+		select {
+		case <-b.ctx.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	m.send(ctx, far)
 }
 
 // authorised checks the Proxy-Authorization of req against a nonce the
@@ -345,12 +353,12 @@ func (b *Bridge) dial(roomName, to string, headers map[string]string) {
 // call places the INVITE of dial; once answered it reports d and holds
 // the call (true), else it returns false with d filled in.
 func (b *Bridge) call(roomName, to string, headers map[string]string, d *Dial) bool {
-	media, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(b.opt.Host)})
+	m, err := newMedia(b.opt.Host)
 	if err != nil {
 		d.Err = err
 		return false
 	}
-	defer media.Close()
+	defer m.close()
 	var hs []sip.Header
 	hs = append(hs, sip.NewHeader("Content-Type", "application/sdp"))
 	for k, v := range headers {
@@ -362,8 +370,7 @@ func (b *Bridge) call(roomName, to string, headers map[string]string, d *Dial) b
 	uri := sip.Uri{Scheme: "sip", User: to, Host: pbx.Addr().String(), Port: int(pbx.Port())}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	sdp := siptest.BuildSDPEvent(media.LocalAddr().(*net.UDPAddr).Port, []uint8{0, 8}, "sendrecv", 101)
-	sess, err := b.dcc.Invite(ctx, uri, sdp, hs...)
+	sess, err := b.dcc.Invite(ctx, uri, m.sdp(), hs...)
 	if err != nil {
 		d.Err = err
 		return false
@@ -386,9 +393,6 @@ func (b *Bridge) call(roomName, to string, headers map[string]string, d *Dial) b
 	r.hangups = append(r.hangups, func() { _ = sess.Bye(context.Background()) })
 	b.mu.Unlock()
 	b.dials <- *d
-	select {
-	case <-sess.Context().Done():
-	case <-b.ctx.Done():
-	}
+	b.stream(sess.Context(), m, sess.InviteResponse.Body())
 	return true
 }
