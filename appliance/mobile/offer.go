@@ -2,6 +2,7 @@ package mobile
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,9 +102,14 @@ func (s *Service) Offer(ctx context.Context, req OfferRequest) []b2bua.LegTarget
 	return legs
 }
 
+// RingWait bounds how long an offer waits for its mobile.ringing requests
+// to be on the wire; a device whose request is not by then gets no leg.
+const RingWait = 2 * time.Second
+
 // ring sends mobile.ringing to every device at once and reports which
-// deliveries started.
+// deliveries started within RingWait.
 func (s *Service) ring(c *Client, req OfferRequest, room string, devs []Device) []bool {
+	var mu sync.Mutex
 	sent := make([]bool, len(devs))
 	var wg sync.WaitGroup
 	for i, d := range devs {
@@ -121,11 +127,23 @@ func (s *Service) ring(c *Client, req OfferRequest, room string, devs []Device) 
 				s.log.Warn("mobile.ringing not sent", "call", req.Call, "device", d.ID, "err", err)
 				return
 			}
+			mu.Lock()
 			sent[i] = true
+			mu.Unlock()
 		})
 	}
-	wg.Wait()
-	return sent
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(s.opts.RingWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.log.Warn("mobile.ringing slow: devices not yet notified get no leg", "call", req.Call)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(sent)
 }
 
 // mobileLeg is the INVITE toward the bridge for device d:

@@ -35,6 +35,8 @@ type Options struct {
 	Now func() time.Time
 	// DeleteDelay overrides DeleteDelay (tests); 0: the default.
 	DeleteDelay time.Duration
+	// RingWait overrides RingWait (tests); 0: the default.
+	RingWait time.Duration
 }
 
 // Service is the mobile side of calls: offers toward apps (Offer and the
@@ -64,6 +66,9 @@ func New(opts Options, log *slog.Logger) *Service {
 	}
 	if opts.DeleteDelay <= 0 {
 		opts.DeleteDelay = DeleteDelay
+	}
+	if opts.RingWait <= 0 {
+		opts.RingWait = RingWait
 	}
 	if opts.Blocks == nil {
 		opts.Blocks = func(string) *config.RoomService { return nil }

@@ -124,6 +124,7 @@ type hooks struct {
 	devs []Device
 	sent []sentHook
 	fail bool
+	slow map[string]chan struct{} // device id: Send blocks until closed
 }
 
 type sentHook struct {
@@ -145,6 +146,9 @@ func (h *hooks) Devices(tenant, ext string) []Device {
 }
 
 func (h *hooks) Send(tenant, event string, data any) error {
+	if d, ok := data.(RingingData); ok && h.slow[d.Device.ID] != nil {
+		<-h.slow[d.Device.ID]
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fail {
@@ -320,5 +324,40 @@ func TestPlaceAndRoomToken(t *testing.T) {
 	}
 	if _, err := s.RoomToken(context.Background(), ss, "pbx-unknown"); !errors.Is(err, ErrRoomNotFound) {
 		t.Fatalf("unknown room: %v", err)
+	}
+}
+
+// TestOfferSlowWebhook: a device whose mobile.ringing is not on the wire
+// within RingWait gets no leg (its INVITE would overtake the webhook); a
+// failed delivery gets none either; the others ring.
+func TestOfferSlowWebhook(t *testing.T) {
+	rs := roomtest.Start(t, roomtest.Options{Key: testKey, Secret: testSecret, OutboundTrunkID: "ST_out", PBX: netip.MustParseAddrPort("127.0.0.1:9")})
+	release := make(chan struct{})
+	defer close(release)
+	h := &hooks{devs: []Device{{ID: "fast", Tenant: "demo", Extension: "101"}, {ID: "slow", Tenant: "demo", Extension: "101"}},
+		slow: map[string]chan struct{}{"slow": release}}
+	b := testBlock(rs)
+	s := New(Options{Blocks: func(string) *config.RoomService { return b }, Devices: h, Webhooks: h, RingWait: 100 * time.Millisecond}, nil)
+	start := time.Now()
+	legs := s.Offer(context.Background(), OfferRequest{Call: b2bua.NewCallID(time.Now()), Tenant: "demo", Extension: "101"})
+	if len(legs) != 1 || legs[0].Name != "mobile:fast" {
+		t.Fatalf("legs %+v, want the fast device's only", legs)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("offer took %v", d)
+	}
+	h.mu.Lock()
+	h.fail = true
+	h.mu.Unlock()
+	id := b2bua.NewCallID(time.Now())
+	if legs := s.Offer(context.Background(), OfferRequest{Call: id, Tenant: "demo", Extension: "102"}); legs != nil {
+		t.Fatalf("no device: %+v", legs)
+	}
+	h.devs = h.devs[:1]
+	if legs := s.Offer(context.Background(), OfferRequest{Call: id, Tenant: "demo", Extension: "101"}); legs != nil {
+		t.Fatalf("webhook failed, legs %+v", legs)
+	}
+	if _, ok := rs.WaitCall("DeleteRoom", "pbx-"+string(id), 5*time.Second); !ok || s.Pending() != 1 {
+		t.Fatalf("the room of an offer without legs must be deleted at once (found %v), pending %d", ok, s.Pending())
 	}
 }
