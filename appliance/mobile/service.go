@@ -233,3 +233,10 @@ func (s *Service) deleteRoom(c *Client, room string) {
 		s.log.Warn("room not deleted", "room", room, "err", err)
 	}
 }
+
+// Service is what the device routes use, and follows offers as a call
+// observer.
+var (
+	_ Calls          = (*Service)(nil)
+	_ b2bua.Observer = (*Service)(nil)
+)
