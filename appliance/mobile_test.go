@@ -422,6 +422,7 @@ func testAppCallThroughBridge(t *testing.T, e *mobileEnv) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("bridge call not answered")
 	}
+	waitChan(t, in.Answered(), "carol's answer") // sets in.Media
 	if _, err := in.Media().WaitReceived(context.Background(), 10); err != nil {
 		t.Fatalf("callee: the app's audio through the bridge: %v", err)
 	}
