@@ -48,6 +48,10 @@ type Options struct {
 	DrainTimeout time.Duration
 	// Getenv reads the environment; nil means os.Getenv.
 	Getenv func(string) string
+	// Devices and Webhooks replace the device sessions and the webhook
+	// dispatcher as the mobile offers' sources (tests); nil: the real ones.
+	Devices  mobile.Devices
+	Webhooks mobile.Webhooks
 }
 
 // DefaultDrainTimeout is how long calls may continue after SIGTERM.
@@ -81,6 +85,7 @@ type Appliance struct {
 	// directory); hooks delivers the tenants' webhooks.
 	devices *mobile.Sessions
 	hooks   *webhook.Dispatcher
+	mobile  *mobile.Service // offers toward apps, call grants
 	src     *apiSources
 	closed  sync.Once
 }
@@ -236,7 +241,16 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			return nil, err
 		}
 	}
-	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits}
+	mo := mobile.Options{Blocks: mobile.BlocksOf(cfg), Devices: opts.Devices, Webhooks: opts.Webhooks}
+	if mo.Devices == nil && a.devices != nil {
+		mo.Devices = a.devices
+	}
+	if mo.Webhooks == nil {
+		mo.Webhooks = ringingHooks{a.hooks}
+	}
+	a.mobile = mobile.New(mo, log.With("component", "mobile"))
+	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits,
+		Mobile: a.mobile, OnGrantFailure: func() { a.guard.RecordAuthFailure(netip.AddrPort{}) }} // counted, tied to no address
 	if a.vm != nil && sys.Voicemail.Enabled {
 		set, err := prompts.Load(cfg.Path(sys.Voicemail.PromptsDir), log.With("component", "voicemail"))
 		if err != nil {
@@ -257,6 +271,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get, hooks: a.hooks})
 	}
 	obs = append(obs, rt.Steps()) // after the call log, which reads the steps
+	obs = append(obs, a.mobile)   // ends mobile offers (mobile.ended, room deletion)
 	obs = append(obs, a.limits)   // gives back the call limits reserved by Limiter.ReserveCall
 	obs = append(obs, lv)         // publishes on the event bus; nothing else joins this chain
 	if a.calls, err = b2bua.New(b2bua.Options{
@@ -301,7 +316,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	if a.devices != nil {
 		backends.Devices = mobileweb.Operator(a.devices)
 	}
-	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog, a.vm)}, log.With("component", "api")); err != nil {
+	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog, a.vm, a.mobile)}, log.With("component", "api")); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
 	if a.web.Enabled() {
@@ -332,6 +347,10 @@ func mediaBindIP(ls []config.Listener) netip.Addr {
 // MWI returns message waiting, nil when it is off; the voicemail store calls
 // its Notify on every change and gives it its counts (SetCounts).
 func (a *Appliance) MWI() *mwi.Service { return a.mwi }
+
+// Mobile is the mobile side of calls: Place and RoomToken for the device
+// routes.
+func (a *Appliance) Mobile() *mobile.Service { return a.mobile }
 
 // SIP returns the SIP server (for tests that need the bound addresses).
 func (a *Appliance) SIP() *sipcore.Server { return a.sip }

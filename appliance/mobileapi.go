@@ -60,7 +60,7 @@ func newSessions(d *db.DB, dir *tenant.Directory, onAuthFailure func(src netip.A
 }
 
 // deviceAPI is the device API's configuration; nil without sessions.
-func deviceAPI(cfg *config.Config, s *mobile.Sessions, callLog api.CallLog, vm *voicemail.Store) *mobileweb.Options {
+func deviceAPI(cfg *config.Config, s *mobile.Sessions, callLog api.CallLog, vm *voicemail.Store, calls *mobile.Service) *mobileweb.Options {
 	if s == nil {
 		return nil
 	}
@@ -72,6 +72,9 @@ func deviceAPI(cfg *config.Config, s *mobile.Sessions, callLog api.CallLog, vm *
 	}}
 	if vm != nil {
 		o.Voicemail = newDeviceVoicemail(cfg, vm)
+	}
+	if calls != nil {
+		o.Calls = calls
 	}
 	return o
 }
@@ -166,4 +169,21 @@ func (d *deviceVoicemail) Delete(_ context.Context, tenant, ext, id string) erro
 		return err
 	}
 	return found(d.st.Delete(tenant, ext, id))
+}
+
+// ringingHooks sends the mobile offers' webhooks: mobile.ringing returns
+// once its request is on the wire (the leg's INVITE follows it), within
+// the offer's own bound; other events are queued.
+type ringingHooks struct{ d *webhook.Dispatcher }
+
+// ringingWait bounds how long an offer waits for mobile.ringing to leave.
+const ringingWait = 2 * time.Second
+
+func (h ringingHooks) Send(tenant, event string, data any) error {
+	if event != mobile.EventRinging {
+		return h.d.Send(tenant, event, data)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ringingWait)
+	defer cancel()
+	return h.d.SendNow(ctx, tenant, event, data)
 }

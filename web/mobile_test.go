@@ -54,18 +54,18 @@ func (mobileDir) ByName(tenant, username string) (amobile.Account, bool) {
 // implements.
 type fakeRoomCalls struct{}
 
-func (fakeRoomCalls) Place(_ context.Context, s amobile.Session, to string) (amobile.PlacedCall, error) {
+func (fakeRoomCalls) Place(_ context.Context, s amobile.Session, to string) (amobile.Call, error) {
 	if to == "bad" {
-		return amobile.PlacedCall{}, amobile.ErrBadDestination
+		return amobile.Call{}, amobile.ErrBadDestination
 	}
-	return amobile.PlacedCall{Room: "pbx-r1", Token: "jwt", URL: "wss://rooms.test", To: to, ExpiresAt: time.Now().Add(time.Minute)}, nil
+	return amobile.Call{Room: "pbx-r1", Token: "jwt", URL: "wss://rooms.test", To: to, ExpiresAt: time.Now().Add(time.Minute)}, nil
 }
 
-func (fakeRoomCalls) RoomToken(_ context.Context, s amobile.Session, room string) (amobile.RoomToken, error) {
+func (fakeRoomCalls) RoomToken(_ context.Context, s amobile.Session, room string) (amobile.JoinToken, error) {
 	if room != "pbx-mine" || s.Device.Extension != "100" {
-		return amobile.RoomToken{}, amobile.ErrRoomNotOffered
+		return amobile.JoinToken{}, amobile.ErrRoomNotFound
 	}
-	return amobile.RoomToken{Token: "jwt2", URL: "wss://rooms.test", ExpiresAt: time.Now().Add(2 * time.Minute)}, nil
+	return amobile.JoinToken{Token: "jwt2", URL: "wss://rooms.test", ExpiresAt: time.Now().Add(2 * time.Minute)}, nil
 }
 
 type mobileEnv struct {

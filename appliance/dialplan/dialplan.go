@@ -16,6 +16,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/guard"
 	"pbx/appliance/logging"
+	"pbx/appliance/mobile"
 	"pbx/appliance/recording"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
@@ -43,6 +44,11 @@ type Dialplan struct {
 	// nameFallback is the From display name when the caller has none
 	// (sip.contactUser).
 	nameFallback string
+	// mobile makes the offers toward apps and checks call grants; nil
+	// means no mobile app rings or calls.
+	mobile *mobile.Service
+	// onGrantFailure counts a refused call grant with the guard.
+	onGrantFailure func()
 }
 
 // Voicemail is the mailbox service calls are handed to (appliance/voicemail).
@@ -66,12 +72,17 @@ type Options struct {
 	Trunks    *trunk.Manager
 	Limits    *guard.Limiter // security.limits; nil means none
 	Voicemail Voicemail      // nil: calls to voicemail are refused
+	// Mobile makes the offers toward apps and checks call grants; nil: no
+	// mobile app rings or calls.
+	Mobile *mobile.Service
+	// OnGrantFailure counts a refused call grant with the guard.
+	OnGrantFailure func()
 }
 
 // New returns a dial plan over o.
 func New(o Options, log *slog.Logger) *Dialplan {
 	r := &Dialplan{dir: o.Directory, table: routing.New(o.Config), reg: o.Registrar, sip: o.SIP, trunks: o.Trunks,
-		limits: o.Limits, steps: NewSteps(), vm: o.Voicemail, log: log}
+		limits: o.Limits, steps: NewSteps(), vm: o.Voicemail, mobile: o.Mobile, onGrantFailure: o.OnGrantFailure, log: log}
 	if cu := o.Config.System.SIP.ContactUser; cu != nil {
 		r.nameFallback = *cu
 	}
@@ -85,10 +96,13 @@ func (r *Dialplan) Steps() *Steps { return r.steps }
 // challenge. Any other INVITE must authenticate: it is challenged (407),
 // unless neither its From host nor its Request-URI host is a tenant's
 // domain, when no credentials could ever match and it is refused (403) at
-// once. A request with credentials or a room-service grant (X-Pbx-Token)
-// is left to those checks.
+// once. A request with credentials is left to digest; one with a
+// room-service grant (X-Pbx-Token) is authorised by the grant alone.
 func (r *Dialplan) Identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller, bool, *b2bua.Rejection) {
-	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil || req.GetHeader("X-Pbx-Token") != nil {
+	if h := req.GetHeader(mobile.HeaderGrant); h != nil {
+		return r.grantCaller(req, src, h.Value())
+	}
+	if req.GetHeader("Proxy-Authorization") != nil || req.GetHeader("Authorization") != nil {
 		return b2bua.Caller{}, false, nil
 	}
 	if tr, ok := r.trunks.Match(src.Addr(), req.Recipient.User); ok {
@@ -125,7 +139,7 @@ func (r *Dialplan) Route(ctx context.Context, in *b2bua.Inbound) b2bua.Decision 
 		}
 		res = r.table.FromAccount(caller.Tenant, caller.Username, user, host)
 	}
-	dec := r.decide(in, &res)
+	dec := r.decide(ctx, in, &res)
 	if dec.Target != nil {
 		r.presented(in, dec.Target)
 	}
@@ -162,7 +176,7 @@ func (r *Dialplan) dialled(in *b2bua.Inbound) []string {
 	return append(nums, in.To.User)
 }
 
-func (r *Dialplan) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
+func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	caller := in.Caller
 	meta := b2bua.Meta{Tenant: res.Tenant, Direction: res.Direction, DID: res.DID, Domain: res.Domain}
 	switch {
@@ -198,6 +212,7 @@ func (r *Dialplan) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision
 	case routing.KindExtension:
 		acct := r.account(res.Tenant, res.Extension)
 		target.Legs = b2bua.LegsFor(r.reg.Lookup(res.Tenant, res.Extension), r.sip.ConnectionOpen, res.Extension, res.Extension)
+		target.Legs = append(target.Legs, r.mobileLegs(ctx, in, res, target.CallerID)...)
 		if acct != nil {
 			target.RingTimeout = acct.RingTimeout
 		}
@@ -302,7 +317,7 @@ func (r *Dialplan) presented(in *b2bua.Inbound, t *b2bua.Target) {
 		t.CallerID.DisplayName = r.nameFallback
 	}
 	t.Meta.From, t.Meta.FromName = in.From.User, t.CallerID.DisplayName
-	if in.Caller.Kind == b2bua.KindEndpoint && in.Caller.Extension != "" {
+	if k := in.Caller.Kind; (k == b2bua.KindEndpoint || k == b2bua.KindMobile) && in.Caller.Extension != "" {
 		t.Meta.From = in.Caller.Extension
 	}
 }
@@ -318,7 +333,7 @@ func (r *Dialplan) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Reject
 		return nil
 	}
 	claim := guard.Claim{Tenant: res.Tenant, Outbound: res.Kind == routing.KindTrunk}
-	if in.Caller.Kind == b2bua.KindEndpoint { // per-account limits apply to authenticated phones
+	if k := in.Caller.Kind; k == b2bua.KindEndpoint || k == b2bua.KindMobile { // per-account limits apply to authenticated phones and apps
 		claim.Account = in.Caller.Username
 		if in.Caller.Tenant != res.Tenant {
 			claim.CallerTenant = in.Caller.Tenant

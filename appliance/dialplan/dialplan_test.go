@@ -202,8 +202,8 @@ func TestIdentify(t *testing.T) {
 		t.Errorf("an INVITE for a tenant's domain must be challenged: %v %+v", trusted, rej)
 	}
 	_, trusted, rej = r.Identify(invite(t, "sip:+15550100@127.0.0.1", "sip:+1999@carrier.example", sip.NewHeader("X-Pbx-Token", "grant")), stranger)
-	if trusted || rej != nil {
-		t.Errorf("a room-service grant is for its own check: %v %+v", trusted, rej)
+	if trusted || rej == nil || rej.Status != 403 {
+		t.Errorf("a room-service grant no room service minted must be refused: %v %+v", trusted, rej)
 	}
 }
 

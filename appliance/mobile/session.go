@@ -82,17 +82,6 @@ type Directory interface {
 	ByName(tenant, username string) (Account, bool)
 }
 
-// Device is one logged-in device of an extension: what a mobile offer
-// needs to ring it.
-type Device struct {
-	ID        string          `json:"id"`
-	Platform  string          `json:"platform"`
-	Push      json.RawMessage `json:"push"`
-	Account   string          `json:"-"`
-	Extension string          `json:"-"`
-	Tenant    string          `json:"-"`
-}
-
 // Session is a live device session (never its token).
 type Session struct {
 	Device    Device

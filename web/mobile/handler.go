@@ -37,11 +37,11 @@ type Sessions interface {
 
 // Calls places app calls and hands out room tokens; the room service side
 // implements it. Errors: mobile.ErrBadDestination (400),
-// mobile.ErrRoomNotOffered (404), mobile.ErrNoRoomService (404 not
+// mobile.ErrRoomNotFound (404), mobile.ErrNoRoomService (404 not
 // running), anything else 500.
 type Calls interface {
-	Place(ctx context.Context, s amobile.Session, to string) (amobile.PlacedCall, error)
-	RoomToken(ctx context.Context, s amobile.Session, room string) (amobile.RoomToken, error)
+	Place(ctx context.Context, s amobile.Session, to string) (amobile.Call, error)
+	RoomToken(ctx context.Context, s amobile.Session, room string) (amobile.JoinToken, error)
 }
 
 // Voicemail is one extension's mailbox. List and Get return what the API
@@ -240,10 +240,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 		err = api.Invalid("%s", msg)
 	case errors.Is(err, amobile.ErrBadDestination):
 		err = api.Invalid("to: %s", err.Error())
-	case errors.Is(err, amobile.ErrRoomNotOffered):
+	case errors.Is(err, amobile.ErrRoomNotFound):
 		err = api.NotFound("no such room")
 	case errors.Is(err, amobile.ErrNoRoomService):
 		err = api.NotRunning("room service")
+	case errors.Is(err, amobile.ErrUnavailable):
+		err = api.Internal(err) // the room service failed; the app may retry
 	}
 	api.WriteError(w, r, h.log, err)
 }

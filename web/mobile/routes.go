@@ -219,7 +219,7 @@ func (h *Handler) placeCall(w http.ResponseWriter, r *http.Request, c *call) err
 	}
 	pc.ExpiresAt = pc.ExpiresAt.UTC()
 	return api.WriteJSON(w, http.StatusAccepted, struct {
-		Call amobile.PlacedCall `json:"call"`
+		Call amobile.Call `json:"call"`
 	}{pc})
 }
 
