@@ -292,6 +292,11 @@ func (c *Call) runTransfer(job transferJob) bool {
 		job.notify(status, true)
 		return false
 	}
+	// Music on hold stops: the joined parties hear each other (moh.go).
+	c.dropHold()
+	if x.other != nil {
+		x.other.dropHold()
+	}
 	// The joined parties' requests (a BYE right after the NOTIFY) are the
 	// transfer's from now on; the transferor's session timer stops, the
 	// new leg's starts.
