@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/datadir"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/moh"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -216,6 +217,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		MinSE:         sessionMinSETestKnob(),
 		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
+		MusicOnHold:   moh.Load(cfg, log.With("component", "moh")),
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/guard"
 	"pbx/appliance/logging"
+	"pbx/appliance/moh"
 	"pbx/appliance/recording"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
@@ -147,6 +148,12 @@ func (r *router) decide(in *b2bua.Inbound, res *routing.Result) b2bua.Decision {
 	}
 	if res.Record != nil {
 		meta.Extra = map[string]string{recording.ExtraRouteRecord: strconv.FormatBool(*res.Record)}
+	}
+	if res.MOHClass != "" {
+		if meta.Extra == nil {
+			meta.Extra = map[string]string{}
+		}
+		meta.Extra[moh.ExtraClass] = res.MOHClass
 	}
 	// The record's extension: the one called, or on an outbound call the
 	// one calling.
