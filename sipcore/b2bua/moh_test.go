@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/emiago/sipgo/sip"
 	"github.com/pion/rtp"
 
 	"pbx/rtpcore"
@@ -169,6 +171,33 @@ func noReInvite(t *testing.T, c *siptest.Call, what string) {
 	}
 }
 
+// holdWith holds the call from c with direction dir, or the RFC 2543 way
+// (c=0.0.0.0, sendrecv) for dir "c=0.0.0.0", and returns the answer.
+func holdWith(t *testing.T, c *siptest.Call, dir string) (*sip.Response, *siptest.SDP, error) {
+	t.Helper()
+	if dir != "c=0.0.0.0" {
+		return c.ReInvite(ctxT(t), dir)
+	}
+	body := siptest.BuildSDP(c.Media().Port(), []uint8{c.Media().PayloadType()}, "sendrecv")
+	body = []byte(strings.ReplaceAll(string(body), "c=IN IP4 127.0.0.1", "c=IN IP4 0.0.0.0"))
+	if !strings.Contains(string(body), "0.0.0.0") {
+		t.Fatalf("no c= line to rewrite in %q", body)
+	}
+	ri, err := c.StartReInvite(ctxT(t), body)
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := ri.Final(ctxT(t))
+	if err != nil || !res.IsSuccess() {
+		return res, nil, err
+	}
+	if err := ri.Ack(ctxT(t), nil); err != nil {
+		return res, nil, err
+	}
+	ans, err := siptest.ParseSDP(res.Body())
+	return res, ans, err
+}
+
 // TestMusicOnHold: with Options.MusicOnHold, a hold re-INVITE from either
 // party is answered by the PBX (recvonly to sendonly, inactive to
 // inactive), the other party gets no re-INVITE and hears the class in its
@@ -178,8 +207,8 @@ func TestMusicOnHold(t *testing.T) {
 	for _, tc := range []struct {
 		fromCaller bool
 		dir, want  string
-	}{{true, "sendonly", "recvonly"}, {false, "sendonly", "recvonly"}, {true, "inactive", "inactive"}} {
-		t.Run(sideName(tc.fromCaller)+"/"+tc.dir, func(t *testing.T) {
+	}{{true, "sendonly", "recvonly"}, {false, "sendonly", "recvonly"}, {true, "inactive", "inactive"}, {false, "c=0.0.0.0", "sendrecv"}} {
+		t.Run(sideName(tc.fromCaller)+"/"+strings.TrimPrefix(tc.dir, "c="), func(t *testing.T) {
 			moh := &mohAsked{pcm: mohClass()}
 			e := newEnv(t, envOpts{moh: moh})
 			alice := e.phone("udp", "alice", "alice-pw")
@@ -189,7 +218,7 @@ func TestMusicOnHold(t *testing.T) {
 			relayed(t, actor.Media(), other.Media(), 10, "pre")
 
 			mark := len(other.Media().Received())
-			res, ans, err := actor.ReInvite(ctxT(t), tc.dir)
+			res, ans, err := holdWith(t, actor, tc.dir)
 			if err != nil || res.StatusCode != 200 {
 				t.Fatalf("hold: %v %v", res, err)
 			}
@@ -376,4 +405,49 @@ func TestMusicOnHoldAttendedTransfer(t *testing.T) {
 	if err := e.calls.WaitIdle(ctx); err != nil {
 		t.Fatalf("%d calls still live: %v", e.calls.Active(), err)
 	}
+}
+
+// TestMusicOnHoldByUpdate: a hold and a resume sent as UPDATE with SDP
+// (RFC 3311) are answered like re-INVITEs (recvonly, then sendrecv) and
+// play the music in between; without music on hold such an UPDATE is
+// refused with 488 as before.
+func TestMusicOnHoldByUpdate(t *testing.T) {
+	moh := &mohAsked{pcm: mohClass()}
+	e := newEnv(t, envOpts{moh: moh})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call, in := answered(t, alice, bob, "102")
+	mark := len(call.Media().Received())
+	res, err := in.SendUpdate(ctxT(t), siptest.BuildSDP(in.Media().Port(), []uint8{in.Media().PayloadType()}, "sendonly"))
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("update hold: %v %v", res, err)
+	}
+	if ans, err := siptest.ParseSDP(res.Body()); err != nil || ans.Direction != "recvonly" {
+		t.Fatalf("update hold answered %+v %v", ans, err)
+	}
+	music(t, call.Media(), mark, 10, call.Media().PayloadType(), moh.pcm)
+	noReInvite(t, call, "update hold")
+	res, err = in.SendUpdate(ctxT(t), siptest.BuildSDP(in.Media().Port(), []uint8{in.Media().PayloadType()}, "sendrecv"))
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("update resume: %v %v", res, err)
+	}
+	relayed(t, call.Media(), in.Media(), 20, "a2b")
+	relayed(t, in.Media(), call.Media(), 20, "b2a")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
+
+	plain := newEnv(t, envOpts{})
+	alice = plain.phone("udp", "alice", "alice-pw")
+	bob = plain.phone("udp", "bob", "bob-pw")
+	call, in = answered(t, alice, bob, "102")
+	res, err = in.SendUpdate(ctxT(t), siptest.BuildSDP(in.Media().Port(), []uint8{0}, "sendonly"))
+	if err != nil || res.StatusCode != 488 {
+		t.Fatalf("update hold without music on hold: %v %v", res, err)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
 }
