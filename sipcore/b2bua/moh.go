@@ -2,8 +2,10 @@ package b2bua
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 
@@ -163,24 +165,24 @@ func (c *Call) feed(cur *holdFeed, leg *rtpcore.Leg, holds, held, holderIsCaller
 func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8) *holdFeed {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &holdFeed{music: pcm != nil, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	inj, err := leg.Inject(pt)
-	if err != nil {
-		// Another injection (a DTMF event) holds the leg for a moment,
-		// or the call ended: the relay goes on.
-		c.log.Debug("hold feed not started", "leg", leg.Name(), "err", err)
-		close(f.done)
-		return f
-	}
 	go func() {
 		defer close(f.done)
-		defer inj.Close()
-		go func() {
-			select {
-			case <-c.done:
-				cancel()
-			case <-ctx.Done():
+		if err != nil {
+			// A DTMF event played toward the leg holds it for a moment:
+			// the feed starts once it is over.
+			if inj = c.awaitInjection(ctx, leg, pt); inj == nil {
+				return
 			}
-		}()
+		}
+		defer inj.Close()
 		if pcm == nil {
 			<-ctx.Done()
 			return
@@ -195,6 +197,28 @@ func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8) *holdFeed {
 		}
 	}()
 	return f
+}
+
+// awaitInjection retries opening an injection toward leg every 20 ms
+// while another one holds it, until ctx ends or the leg is closed (nil).
+func (c *Call) awaitInjection(ctx context.Context, leg *rtpcore.Leg, pt uint8) *rtpcore.Injection {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		inj, err := leg.Inject(pt)
+		switch {
+		case err == nil:
+			return inj
+		case !errors.Is(err, rtpcore.ErrInjecting):
+			c.log.Debug("hold feed not started", "leg", leg.Name(), "err", err)
+			return nil
+		}
+	}
 }
 
 // musicPT is the payload type music is played in: the first G.711 codec

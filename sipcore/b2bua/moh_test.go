@@ -451,3 +451,43 @@ func TestMusicOnHoldByUpdate(t *testing.T) {
 	}
 	waitCh(t, in.Ended(), "bye to bob")
 }
+
+// TestMusicOnHoldAfterDTMF: a hold arriving while the PBX plays a DTMF
+// event toward the party to be held (an INFO turned into RFC 4733 events)
+// is answered at once, and the music starts once the event is over.
+func TestMusicOnHoldAfterDTMF(t *testing.T) {
+	moh := &mohAsked{pcm: mohClass()}
+	e := newEnv(t, envOpts{moh: moh})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call, in := answered(t, alice, bob, "102")
+	info := make(chan error, 1)
+	go func() {
+		s, err := call.SendInfo(ctxT(t), "application/dtmf-relay", []byte("Signal=7\r\nDuration=600\r\n"))
+		if err == nil && s != 200 {
+			err = fmt.Errorf("info answered %d", s)
+		}
+		info <- err
+	}()
+	// The event's first packet reached bob: the injection holds his leg.
+	got, err := in.Media().WaitReceived(ctxT(t), 1)
+	if err != nil || got[0].PayloadType != 101 {
+		t.Fatalf("no event toward bob: %v %+v", err, got)
+	}
+	if res, _, err := call.ReInvite(ctxT(t), "sendonly"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("hold: %v %v", res, err)
+	}
+	select {
+	case err := <-info:
+		t.Fatalf("the hold was answered after the event ended (%v): the test proves nothing", err)
+	default:
+	}
+	music(t, in.Media(), 1, 10, in.Media().PayloadType(), moh.pcm)
+	if err := <-info; err != nil {
+		t.Fatal(err)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, in.Ended(), "bye to bob")
+}
