@@ -409,8 +409,7 @@ func TestMusicOnHoldAttendedTransfer(t *testing.T) {
 
 // TestMusicOnHoldByUpdate: a hold and a resume sent as UPDATE with SDP
 // (RFC 3311) are answered like re-INVITEs (recvonly, then sendrecv) and
-// play the music in between; without music on hold such an UPDATE is
-// refused with 488 as before.
+// play the music in between.
 func TestMusicOnHoldByUpdate(t *testing.T) {
 	moh := &mohAsked{pcm: mohClass()}
 	e := newEnv(t, envOpts{moh: moh})
@@ -437,12 +436,16 @@ func TestMusicOnHoldByUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCh(t, in.Ended(), "bye to bob")
+}
 
-	plain := newEnv(t, envOpts{})
-	alice = plain.phone("udp", "alice", "alice-pw")
-	bob = plain.phone("udp", "bob", "bob-pw")
-	call, in = answered(t, alice, bob, "102")
-	res, err = in.SendUpdate(ctxT(t), siptest.BuildSDP(in.Media().Port(), []uint8{0}, "sendonly"))
+// TestUpdateHoldWithoutMusicOnHold: without Options.MusicOnHold an UPDATE
+// with an offer, a hold included, is refused with 488 as before.
+func TestUpdateHoldWithoutMusicOnHold(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	call, in := answered(t, alice, bob, "102")
+	res, err := in.SendUpdate(ctxT(t), siptest.BuildSDP(in.Media().Port(), []uint8{0}, "sendonly"))
 	if err != nil || res.StatusCode != 488 {
 		t.Fatalf("update hold without music on hold: %v %v", res, err)
 	}
