@@ -53,8 +53,9 @@
 // offer that neither holds nor comes while the call is held is relayed as
 // before. A transfer (transfer.go) stops the feeds of the calls it joins
 // before the joined parties are bridged; the held transferee is still
-// re-INVITEd to sendrecv (harmless: it never heard of the hold), and
-// holds between joined parties are relayed (no music). Without
+// re-INVITEd to sendrecv (harmless: it never heard of the hold); from then
+// on the joined parties' holds get music the same way (the class asked for
+// the call, byCaller when the holder is the call's caller). Without
 // MusicOnHold, UPDATE with SDP is refused with 488 and every hold is
 // relayed. A call answered by a local application (Target.App) has no
 // other party: its holds are the application's Channel's concern, not

@@ -149,7 +149,11 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
 	}
-	res, local := c.holdOffer(req, ref.leg == nil, w)
+	from := 0
+	if ref.leg != nil {
+		from = 1
+	}
+	res, local := c.holdPair(w).holdOffer(req, from)
 	if !local {
 		res = c.relayReInvite(req, ref.leg == nil, w)
 	}
@@ -197,7 +201,11 @@ func (c *Call) applyAckAnswer(ack *sip.Request, fromCaller bool, w *outLeg) {
 	}
 	media.ApplySDP(ans)
 	if c.m.opts.MusicOnHold != nil {
-		c.setSideHold(fromCaller, ans.Hold(), w)
+		side := 0
+		if !fromCaller {
+			side = 1
+		}
+		c.holdPair(w).setHold(side, ans.Hold())
 		return
 	}
 	c.setHoldState(ans.Hold())

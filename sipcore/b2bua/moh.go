@@ -37,13 +37,20 @@ func (f MusicOnHoldFunc) Music(call CallInfo, byCaller bool) []int16 { return f(
 // stopped).
 var silence = make([]int16, 160)
 
-// holdState is which sides of an answered call hold, and what the PBX
+// holdState is which sides of a pair of parties hold, and what the PBX
 // sends toward each side instead of the relayed audio.
 type holdState struct {
-	mu               sync.Mutex
-	caller, callee   bool       // the side holds (its last offer was a hold)
-	toCaller, toCall *holdFeed  // nil: relay as usual
-	feeds            sync.Mutex // serialises start and stop of feeds
+	feeds sync.Mutex   // serialises changes of the state and feeds
+	mu    sync.Mutex   // guards holds
+	holds [2]bool      // side i holds (its last offer was a hold)
+	out   [2]*holdFeed // what goes toward side i; nil: the relay
+}
+
+// held reports whether either side holds.
+func (h *holdState) held() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.holds[0] || h.holds[1]
 }
 
 // holdFeed replaces the relayed audio toward one side: music (a looped
@@ -63,72 +70,73 @@ func (f *holdFeed) stop() {
 	<-f.done
 }
 
-// holdOffer answers an offer (re-INVITE or UPDATE) from one side locally
-// when music on hold is on and the offer holds, or the call is held: the
+// holdPair is two parties music on hold runs between: a call's caller
+// (side 0) and answering party (side 1), or a transfer's joined parties.
+type holdPair struct {
+	owner  *Call // its end stops the feeds; its record names the class and is held
+	h      *holdState
+	sides  [2]party
+	codecs []sdp.Codec // agreed between the sides
+}
+
+// holdPair is the call's caller and its answering leg w.
+func (c *Call) holdPair(w *outLeg) holdPair {
+	return holdPair{owner: c, h: &c.hold, sides: [2]party{{c: c}, {c: c, leg: w}}, codecs: c.negotiated()}
+}
+
+// holdOffer answers an offer (re-INVITE or UPDATE) from side from locally
+// when music on hold is on and the offer holds, or the pair is held: the
 // other party is not involved. It reports false when the offer is to be
 // handled as before (relayed, for a re-INVITE).
-func (c *Call) holdOffer(req *sip.Request, fromCaller bool, w *outLeg) (*sip.Response, bool) {
-	if c.m.opts.MusicOnHold == nil || len(req.Body()) == 0 {
+func (p holdPair) holdOffer(req *sip.Request, from int) (*sip.Response, bool) {
+	if p.owner.m.opts.MusicOnHold == nil || len(req.Body()) == 0 {
 		return nil, false
 	}
 	offer, err := sdp.Parse(req.Body())
 	if err != nil {
 		return nil, false
 	}
-	c.hold.mu.Lock()
-	anyHeld := c.hold.caller || c.hold.callee
-	c.hold.mu.Unlock()
-	if !offer.Hold() && !anyHeld {
+	if !offer.Hold() && !p.h.held() {
 		return nil, false
 	}
-	media, origin, ep := c.callerLeg, c.callerOrig, c.callerEP
-	if !fromCaller {
-		media, origin, ep = w.media, w.origin, w.ep
-	}
+	sender := p.sides[from]
 	// The answer mirrors the offer (RFC 3264 section 6.1: sendonly is
 	// answered recvonly, inactive inactive) with the codecs already agreed:
 	// the relay does not transcode once the hold ends.
-	body, _, err := origin.Answer(offer, c.mediaAddr, media.Port(), c.negotiated(), "")
+	body, _, err := sender.origin().Answer(offer, sender.c.mediaAddr, sender.media().Port(), p.codecs, "")
 	if err != nil {
 		return sipcore.Response(req, sip.StatusNotAcceptableHere), true
 	}
-	media.ApplySDP(offer)
-	c.setSideHold(fromCaller, offer.Hold(), w)
-	return sdpResponse(req, body, ep.Contact), true
+	sender.media().ApplySDP(offer)
+	p.setHold(from, offer.Hold())
+	return sdpResponse(req, body, sender.endpoint().Contact), true
 }
 
-// setSideHold records that one side holds (or no longer does) and sets
-// what each side receives: a side that holds gets nothing, a side the
-// other holds gets music, else the relay runs. CallInfo.Held is set while
-// either side holds.
-func (c *Call) setSideHold(caller, hold bool, w *outLeg) {
-	c.hold.feeds.Lock()
-	defer c.hold.feeds.Unlock()
-	c.hold.mu.Lock()
-	if caller {
-		c.hold.caller = hold
-	} else {
-		c.hold.callee = hold
+// setHold records that side i holds (or no longer does) and sets what
+// each side receives: a side that holds gets nothing, a side the other
+// holds gets music, else the relay runs. The owner's CallInfo.Held is set
+// while either side holds.
+func (p holdPair) setHold(i int, hold bool) {
+	p.h.feeds.Lock()
+	defer p.h.feeds.Unlock()
+	p.h.mu.Lock()
+	p.h.holds[i] = hold
+	holds := p.h.holds
+	p.h.mu.Unlock()
+	if p.sides[0].valid() && p.sides[1].valid() {
+		for k := range 2 {
+			p.h.out[k] = p.feed(k, holds[k], holds[1-k])
+		}
 	}
-	byCaller, byCallee := c.hold.caller, c.hold.callee
-	c.hold.mu.Unlock()
-	if w == nil {
-		c.mu.Lock()
-		w = c.winner
-		c.mu.Unlock()
-	}
-	if w != nil {
-		c.hold.toCaller = c.feed(c.hold.toCaller, c.callerLeg, byCaller, byCallee, false, w)
-		c.hold.toCall = c.feed(c.hold.toCall, w.media, byCallee, byCaller, true, w)
-	}
-	c.setHoldState(byCaller || byCallee)
+	p.owner.setHoldState(holds[0] || holds[1])
 }
 
-// feed brings the feed toward leg (the caller's, or the callee's when
-// holderIsCaller) to what the hold state asks: nothing while the leg's
-// party holds (its answer said recvonly or inactive), music while the
-// other party holds, relay otherwise. It returns the new feed.
-func (c *Call) feed(cur *holdFeed, leg *rtpcore.Leg, holds, held, holderIsCaller bool, w *outLeg) *holdFeed {
+// feed brings the feed toward side k to what the hold state asks: nothing
+// while it holds (its answer said recvonly or inactive), music while the
+// other side holds, relay otherwise. It returns the new feed.
+func (p holdPair) feed(k int, holds, held bool) *holdFeed {
+	cur := p.h.out[k]
+	c, leg := p.owner, p.sides[k].media()
 	switch {
 	case holds:
 		if cur != nil && !cur.music {
@@ -141,11 +149,12 @@ func (c *Call) feed(cur *holdFeed, leg *rtpcore.Leg, holds, held, holderIsCaller
 			return cur
 		}
 		cur.stop()
-		pcm := c.m.opts.MusicOnHold.Music(c.Info(), holderIsCaller)
+		holder := p.sides[1-k]
+		pcm := c.m.opts.MusicOnHold.Music(c.Info(), holder.leg == nil && holder.c == c)
 		if len(pcm) == 0 {
 			pcm = silence
 		}
-		pt, ok := c.musicPT(w)
+		pt, ok := p.musicPT(k)
 		if !ok {
 			c.log.Info("no G.711 codec on the call: the held party hears nothing")
 			return c.startFeed(leg, nil, 0)
@@ -154,6 +163,21 @@ func (c *Call) feed(cur *holdFeed, leg *rtpcore.Leg, holds, held, holderIsCaller
 	default:
 		cur.stop()
 		return nil
+	}
+}
+
+// drop stops both sides' feeds and forgets who held (a transfer joins the
+// parties to others: the relay it sets up must be heard). The owner's
+// CallInfo.Held stays until the transfer resumes the party.
+func (h *holdState) drop() {
+	h.feeds.Lock()
+	defer h.feeds.Unlock()
+	h.mu.Lock()
+	h.holds = [2]bool{}
+	h.mu.Unlock()
+	for k := range h.out {
+		h.out[k].stop()
+		h.out[k] = nil
 	}
 }
 
@@ -221,14 +245,19 @@ func (c *Call) awaitInjection(ctx context.Context, leg *rtpcore.Leg, pt uint8) *
 	}
 }
 
-// musicPT is the payload type music is played in: the first G.711 codec
-// the answering party accepted (what flows on both legs, as the relay
-// does not transcode), else the first of the call's codecs.
-func (c *Call) musicPT(w *outLeg) (uint8, bool) {
-	codecs := c.negotiated()
-	if w != nil && w.dialog != nil && w.dialog.InviteResponse != nil {
-		if ans, err := sdp.Parse(w.dialog.InviteResponse.Body()); err == nil && len(ans.Codecs) > 0 {
+// musicPT is the payload type music toward side k is played in: the
+// first G.711 codec the answering party accepted (what flows on both legs,
+// as the relay does not transcode): side k's own answer when it was
+// called, else the other side's, else the agreed codecs.
+func (p holdPair) musicPT(k int) (uint8, bool) {
+	codecs := p.codecs
+	for _, s := range []party{p.sides[k], p.sides[1-k]} {
+		if s.leg == nil || s.leg.dialog == nil || s.leg.dialog.InviteResponse == nil {
+			continue
+		}
+		if ans, err := sdp.Parse(s.leg.dialog.InviteResponse.Body()); err == nil && len(ans.Codecs) > 0 {
 			codecs = ans.Codecs
+			break
 		}
 	}
 	for _, k := range codecs {
@@ -242,19 +271,8 @@ func (c *Call) musicPT(w *outLeg) (uint8, bool) {
 	return 0, false
 }
 
-// dropHold stops the hold feeds of both sides and forgets who held, as a
-// transfer joins a party to someone else: the relay it sets up must be
-// heard. CallInfo.Held stays until the transfer resumes the party.
-func (c *Call) dropHold() {
-	c.hold.feeds.Lock()
-	defer c.hold.feeds.Unlock()
-	c.hold.mu.Lock()
-	c.hold.caller, c.hold.callee = false, false
-	c.hold.mu.Unlock()
-	c.hold.toCaller.stop()
-	c.hold.toCall.stop()
-	c.hold.toCaller, c.hold.toCall = nil, nil
-}
+// dropHold stops the call's hold feeds (transfer.go).
+func (c *Call) dropHold() { c.hold.drop() }
 
 // holdUpdate answers an UPDATE with an offer (RFC 3311) from one side
 // when music on hold takes it (holdOffer), with the session timer
@@ -274,7 +292,11 @@ func (c *Call) holdUpdate(m *Manager, req *sip.Request, leg *outLeg) *sip.Respon
 		return sipcore.Response(req, sip.StatusRequestPending)
 	}
 	defer c.reinvite.Unlock()
-	res, ok := c.holdOffer(req, leg == nil, w)
+	from := 0
+	if leg != nil {
+		from = 1
+	}
+	res, ok := c.holdPair(w).holdOffer(req, from)
 	if !ok {
 		return nil
 	}
@@ -282,4 +304,36 @@ func (c *Call) holdUpdate(m *Manager, req *sip.Request, leg *outLeg) *sip.Respon
 		c.refreshed(leg, req, res)
 	}
 	return res
+}
+
+// holdPair is the transfer's joined parties.
+func (x *transfer) holdPair() holdPair {
+	return holdPair{owner: x.owner, h: &x.hold, sides: [2]party{x.a, x.b}, codecs: x.codecs}
+}
+
+// sideOf is p's side in the transfer's holdPair.
+func (x *transfer) sideOf(p party) int {
+	if p == x.a {
+		return 0
+	}
+	return 1
+}
+
+// holdUpdate answers a joined party's UPDATE with an offer: taken by music
+// on hold, else refused with 488 as before.
+func (x *transfer) holdUpdate(from party, req *sip.Request, tx sip.ServerTransaction) {
+	if !x.reinvite.TryLock() {
+		respond(tx, req, sip.StatusRequestPending, sipcore.Phrase(sip.StatusRequestPending))
+		return
+	}
+	defer x.reinvite.Unlock()
+	res, ok := x.holdPair().holdOffer(req, x.sideOf(from))
+	if !ok {
+		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
+		return
+	}
+	if res.IsSuccess() {
+		from.c.refreshed(from.leg, req, res)
+	}
+	_ = tx.Respond(res)
 }

@@ -494,3 +494,72 @@ func TestMusicOnHoldAfterDTMF(t *testing.T) {
 	}
 	waitCh(t, in.Ended(), "bye to bob")
 }
+
+// TestMusicOnHoldAfterBlindTransfer: once bob transferred alice to carol,
+// their holds are answered by the PBX too: carol holds (re-INVITE), alice
+// hears the class asked for the answering party and gets no re-INVITE;
+// alice holds by UPDATE, carol hears the caller's class; each resume
+// restores two-way audio.
+func TestMusicOnHoldAfterBlindTransfer(t *testing.T) {
+	moh := &mohAsked{pcm: mohClass()}
+	e := newEnv(t, envOpts{moh: moh})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	carol := e.phone("udp", "carol", "carol-pw")
+	call, in := answered(t, alice, bob, "102")
+	refer(t, in, "sip:103@"+domain)
+	toCarol := carol.WaitIncoming(wait)
+	if toCarol == nil {
+		t.Fatal("carol got no call")
+	}
+	waitCh(t, toCarol.Answered(), "carol answered")
+	if got := notifies(t, in); got[len(got)-1] != "SIP/2.0 200 OK" {
+		t.Fatalf("notifies %q", got)
+	}
+	waitCh(t, in.Ended(), "bye to the transferor")
+	relayed(t, call.Media(), toCarol.Media(), 10, "a2c")
+
+	mark := len(call.Media().Received())
+	res, ans, err := toCarol.ReInvite(ctxT(t), "sendonly")
+	if err != nil || res.StatusCode != 200 || ans.Direction != "recvonly" {
+		t.Fatalf("carol holds: %v %+v %v", res, ans, err)
+	}
+	noReInvite(t, call, "carol's hold")
+	music(t, call.Media(), mark, 10, call.Media().PayloadType(), moh.pcm)
+	if live := e.calls.Calls(); len(live) != 1 || !live[0].Held {
+		t.Fatalf("live calls %+v, want one held", live)
+	}
+	if res, _, err := toCarol.ReInvite(ctxT(t), "sendrecv"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("carol resumes: %v %v", res, err)
+	}
+	relayed(t, call.Media(), toCarol.Media(), 20, "a2c")
+	relayed(t, toCarol.Media(), call.Media(), 20, "c2a")
+
+	mark = len(toCarol.Media().Received())
+	res, err = call.SendUpdate(ctxT(t), siptest.BuildSDP(call.Media().Port(), []uint8{call.Media().PayloadType()}, "inactive"))
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("alice holds by update: %v %v", res, err)
+	}
+	noReInvite(t, toCarol, "alice's hold")
+	music(t, toCarol.Media(), mark, 10, toCarol.Media().PayloadType(), moh.pcm)
+	if res, _, err := call.ReInvite(ctxT(t), "sendrecv"); err != nil || res.StatusCode != 200 {
+		t.Fatalf("alice resumes: %v %v", res, err)
+	}
+	relayed(t, call.Media(), toCarol.Media(), 20, "a2c")
+	relayed(t, toCarol.Media(), call.Media(), 20, "c2a")
+	if got := moh.asked(); len(got) != 2 || got[0] || !got[1] {
+		t.Fatalf("music asked with byCaller %v, want [false true]", got)
+	}
+	if live := e.calls.Calls(); len(live) != 1 || live[0].Held {
+		t.Fatalf("live calls %+v, want one not held", live)
+	}
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	waitCh(t, toCarol.Ended(), "bye to carol")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := e.calls.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

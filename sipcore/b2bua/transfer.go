@@ -79,6 +79,7 @@ type transfer struct {
 	held       party // a party to take off hold once joined
 	codecs     []sdp.Codec
 	reinvite   sync.Mutex
+	hold       holdState     // music on hold between the joined parties (moh.go)
 	done       chan struct{} // closed when the joined call ended
 }
 
