@@ -22,6 +22,7 @@ import (
 	"pbx/appliance/mobile"
 	"pbx/appliance/mwi"
 	"pbx/appliance/prompts"
+	"pbx/appliance/moh"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -286,6 +287,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		MinSE:         sessionMinSETestKnob(),
 		OnAuthFailure: onAuthFailure,
 		OnAuthSuccess: a.guard.OnAuthSuccess,
+		MusicOnHold:   moh.Load(cfg, log.With("component", "moh")),
 	}, log.With("component", "calls")); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"pbx/appliance/guard"
 	"pbx/appliance/logging"
 	"pbx/appliance/mobile"
+	"pbx/appliance/moh"
 	"pbx/appliance/recording"
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
@@ -190,6 +191,12 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 	}
 	if res.Record != nil {
 		meta.Extra = map[string]string{recording.ExtraRouteRecord: strconv.FormatBool(*res.Record)}
+	}
+	if res.MOHClass != "" {
+		if meta.Extra == nil {
+			meta.Extra = map[string]string{}
+		}
+		meta.Extra[moh.ExtraClass] = res.MOHClass
 	}
 	// The record's extension: the one called, or on an outbound call the
 	// one calling.

@@ -120,7 +120,14 @@ func (f fixedBindings) SaveBindings([]registrar.Binding, []string) error { retur
 
 func newTestRouter(t *testing.T) *Dialplan {
 	t.Helper()
-	cfg, rep := config.LoadBytes(t.TempDir(), "pbx.yaml", []byte(routerConfig), config.Options{Getenv: func(string) string { return "" }})
+	return newTestRouterFrom(t, t.TempDir(), routerConfig)
+}
+
+// newTestRouterFrom is newTestRouter over another configuration (with the
+// same accounts and bindings) in root.
+func newTestRouterFrom(t *testing.T, root, text string) *Dialplan {
+	t.Helper()
+	cfg, rep := config.LoadBytes(root, "pbx.yaml", []byte(text), config.Options{Getenv: func(string) string { return "" }})
 	if !rep.OK() {
 		t.Fatalf("config: %v", rep.Err())
 	}

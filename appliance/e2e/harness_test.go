@@ -191,6 +191,9 @@ type pbxConfig struct {
 	// Recording is the System's recording block as YAML indented under
 	// spec ("  recording:\n    enabled: true\n"); empty: none.
 	Recording string
+	// MOH is the System's moh block as YAML indented under spec
+	// ("  moh:\n    default: /abs/music.wav\n"); empty: none.
+	MOH string
 	// Tokens are further API tokens, list items indented under api.tokens
 	// ("      - name: acme\n        token: ...\n"); empty: only testToken.
 	Tokens string
@@ -236,6 +239,7 @@ spec:
 	}
 	b.WriteString(c.Security)
 	b.WriteString(c.Recording)
+	b.WriteString(c.MOH)
 	b.WriteString(`---
 configVersion: pbx/v1
 kind: Tenant

@@ -132,6 +132,7 @@ func (t *Table) tenantRoutes(res *Result, ti *tenantInfo, nums []string) {
 	}
 	d := route.Destination
 	res.Record = route.Record
+	res.MOHClass = route.MOHClass
 	res.step(StepRoute, fmt.Sprintf("inbound route %s: %s %s", route.Name, d.Type, d.Target))
 	t.deliver(res, ti, d)
 }

@@ -72,6 +72,9 @@ type Result struct {
 	// Record is the matched InboundRoute's `record` (the recording
 	// policy's first level); nil when it says nothing.
 	Record *bool
+	// MOHClass is the matched InboundRoute's mohClass: the music a party
+	// of the call hears on hold; "" when it names none.
+	MOHClass string
 
 	// Steps say what routing did, in order (the call record's steps[]).
 	Steps []Step

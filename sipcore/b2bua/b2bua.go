@@ -54,6 +54,11 @@ type Options struct {
 	// DefaultFailoverAfter.
 	FailoverAfter time.Duration
 
+	// MusicOnHold, when set, answers a party's hold itself and plays its
+	// music to the held party instead of passing the hold on (moh.go);
+	// nil relays holds to the other party.
+	MusicOnHold MusicOnHold
+
 	// OnAuthFailure, when set, is called for an INVITE with wrong
 	// credentials. It must be quick.
 	OnAuthFailure func(src netip.AddrPort, domain, username string)

@@ -67,6 +67,7 @@ type Call struct {
 	done         chan struct{} // closed when the call has ended
 
 	callerTimer sessionTimer // the caller side's session timer (RFC 4028)
+	hold        holdState    // music on hold (moh.go)
 	dtmfOut     sync.Mutex   // one generated DTMF event at a time
 
 	ackMu sync.Mutex

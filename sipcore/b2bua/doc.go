@@ -28,9 +28,38 @@
 // 488, the Router's Rejection gives its status. A CANCEL from the caller
 // cancels every leg and the caller gets 487. After answer a BYE from either
 // side ends both; re-INVITEs (hold, resume) are passed to the other side
-// with rewritten SDP, direction preserved; a call whose RTP stopped in both
-// directions for MediaTimeout is ended with BYE to both sides (the timeout
-// is suspended while the call is on hold).
+// with rewritten SDP, direction preserved (unless music on hold answers
+// them, below); a call whose RTP stopped in both directions for
+// MediaTimeout is ended with BYE to both sides (the timeout is suspended
+// while the call is on hold).
+//
+// Music on hold (moh.go, with Options.MusicOnHold): a re-INVITE or UPDATE
+// whose offer holds (sendonly, inactive, or c=0.0.0.0) is answered by the
+// Manager with its own SDP, the direction mirrored (RFC 3264 section 6.1:
+// recvonly, inactive; sendrecv to an old-style hold), in the codecs already
+// agreed; it is not passed to the other party. While a side holds, nothing
+// is sent toward it (an idle rtpcore Injection drops the relay), and the
+// other side hears MusicOnHold.Music(call, byCaller) looped by an
+// rtpcore.Player into an Injection on its leg (nil: G.711 silence packets),
+// in the first G.711 codec the answering party accepted; the Injection keeps
+// the leg's SSRC, sequence numbers and timestamps continuous and sets the
+// marker bit when a feed starts. While either side holds, every offer from
+// either side is answered locally the same way (a held party's session
+// refresh keeps its music going; its own hold makes both silent; the first
+// holder's resume then plays it the other's music). The resume ends the
+// feeds and the relay runs both ways again. CallInfo.Held and
+// EventHeld/EventResumed follow "either side holds". A re-INVITE without
+// offer is answered as before; its ACK's answer updates the hold. An
+// offer that neither holds nor comes while the call is held is relayed as
+// before. A transfer (transfer.go) stops the feeds of the calls it joins
+// before the joined parties are bridged; the held transferee is still
+// re-INVITEd to sendrecv (harmless: it never heard of the hold); from then
+// on the joined parties' holds get music the same way (the class asked for
+// the call, byCaller when the holder is the call's caller). Without
+// MusicOnHold, UPDATE with SDP is refused with 488 and every hold is
+// relayed. A call answered by a local application (Target.App) has no
+// other party: its holds are the application's Channel's concern, not
+// music on hold.
 //
 // Events: the Observer is called synchronously, serialised per call, for
 // created, ringing, answered, leg-ended and ended. Implementations must be
@@ -44,9 +73,10 @@
 // with Max-Forwards 1 or less is answered 483.
 //
 // In-dialog requests: BYE ends both sides, re-INVITE is relayed (491 while
-// another is pending), INFO with a body other than DTMF is relayed to the
+// another is pending; answered locally with music on hold, above), INFO with a body other than DTMF is relayed to the
 // other side and its status passed back, in-dialog OPTIONS and UPDATE without
-// SDP are answered 200, UPDATE with SDP 488, and requests for unknown dialogs
+// SDP are answered 200, UPDATE with SDP 488 (but a hold or resume with music
+// on hold), and requests for unknown dialogs
 // 481. A re-INVITE without SDP gets the PBX's offer in the 200 and the
 // answer in the ACK moves that side's media. The 2xx the PBX answers a
 // re-INVITE with is retransmitted (T1 doubling to T2) until its ACK arrives;

@@ -93,6 +93,8 @@ type envOpts struct {
 	minSE, sessionExpires time.Duration
 	// failoverAfter is the manager's FailoverAfter.
 	failoverAfter time.Duration
+	// moh is the manager's MusicOnHold.
+	moh b2bua.MusicOnHold
 	// route replaces the default router (extension -> its contacts).
 	route func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision
 }
@@ -153,7 +155,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}}
 	})
 	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify,
-		OnAuthSuccess: o.onAuthSuccess, MinSE: o.minSE, SessionExpires: o.sessionExpires, FailoverAfter: o.failoverAfter}, testLog(t))
+		OnAuthSuccess: o.onAuthSuccess, MinSE: o.minSE, SessionExpires: o.sessionExpires, FailoverAfter: o.failoverAfter, MusicOnHold: o.moh}, testLog(t))
 	if err != nil {
 		t.Fatal(err)
 	}

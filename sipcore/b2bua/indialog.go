@@ -83,6 +83,12 @@ func (m *Manager) handleInDialog(req *sip.Request, tx sip.ServerTransaction) {
 		return
 	}
 	if req.Method == sip.UPDATE && len(req.Body()) > 0 {
+		// An offer in UPDATE is taken only to hold and resume with music
+		// on hold (moh.go); it is not relayed.
+		if res := ref.call.holdUpdate(m, req, ref.leg); res != nil {
+			_ = tx.Respond(res)
+			return
+		}
 		respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
 		return
 	}
@@ -147,7 +153,14 @@ func (m *Manager) handleReInvite(req *sip.Request, tx sip.ServerTransaction) {
 		respond(tx, req, sip.StatusRequestPending, "Request Pending")
 		return
 	}
-	res := c.relayReInvite(req, ref.leg == nil, w)
+	from := 0
+	if ref.leg != nil {
+		from = 1
+	}
+	res, local := c.holdPair(w).holdOffer(req, from)
+	if !local {
+		res = c.relayReInvite(req, ref.leg == nil, w)
+	}
 	// No longer pending once the answer is decided: a follow-up re-INVITE
 	// racing this response must not get 491.
 	c.reinvite.Unlock()
@@ -191,6 +204,14 @@ func (c *Call) applyAckAnswer(ack *sip.Request, fromCaller bool, w *outLeg) {
 		media = w.media
 	}
 	media.ApplySDP(ans)
+	if c.m.opts.MusicOnHold != nil {
+		side := 0
+		if !fromCaller {
+			side = 1
+		}
+		c.holdPair(w).setHold(side, ans.Hold())
+		return
+	}
 	c.setHoldState(ans.Hold())
 }
 

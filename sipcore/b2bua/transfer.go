@@ -79,6 +79,7 @@ type transfer struct {
 	held       party // a party to take off hold once joined
 	codecs     []sdp.Codec
 	reinvite   sync.Mutex
+	hold       holdState     // music on hold between the joined parties (moh.go)
 	done       chan struct{} // closed when the joined call ended
 }
 
@@ -291,6 +292,11 @@ func (c *Call) runTransfer(job transferJob) bool {
 		c.m.addDialog(x.transferor.dialogID(), dialogRef{call: c, leg: x.transferor.leg})
 		job.notify(status, true)
 		return false
+	}
+	// Music on hold stops: the joined parties hear each other (moh.go).
+	c.dropHold()
+	if x.other != nil {
+		x.other.dropHold()
 	}
 	// The joined parties' requests (a BYE right after the NOTIFY) are the
 	// transfer's from now on; the transferor's session timer stops, the

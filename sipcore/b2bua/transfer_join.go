@@ -212,13 +212,13 @@ func (m *Manager) transferRequest(ref dialogRef, req *sip.Request, tx sip.Server
 		x.relayReInvite(from, to, req, tx)
 	case sip.UPDATE:
 		// A session refresh (RFC 4028 section 9); an offer in UPDATE is
-		// not taken, as on any call.
-		if len(req.Body()) > 0 {
-			respond(tx, req, sip.StatusNotAcceptableHere, "Not Acceptable Here")
-			return true
-		}
+		// taken only to hold and resume with music on hold, as on any call.
 		if res := m.tooSmall(req); res != nil {
 			_ = tx.Respond(res)
+			return true
+		}
+		if len(req.Body()) > 0 {
+			x.holdUpdate(from, req, tx)
 			return true
 		}
 		res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
@@ -264,6 +264,12 @@ func (x *transfer) relayReInvite(from, to party, req *sip.Request, tx sip.Server
 	ep := from.endpoint()
 	if len(req.Body()) == 0 {
 		res := sdpResponse(req, from.origin().Offer(from.c.mediaAddr, from.media().Port(), x.codecs, ""), ep.Contact)
+		from.c.refreshed(from.leg, req, res)
+		_ = tx.Respond(res)
+		return
+	}
+	if res, ok := x.holdPair().holdOffer(req, x.sideOf(from)); ok {
+		// Music on hold (moh.go): answered here, not passed on.
 		from.c.refreshed(from.leg, req, res)
 		_ = tx.Respond(res)
 		return
