@@ -31,6 +31,15 @@ func newVoicemail(dataDir string, cfg *config.Config, onChange func(tenant, ext 
 	}
 	emails := map[string]map[string]config.Mailbox{}
 	for _, t := range cfg.Tenants {
+		if s := cfg.SMTPFor(t); s == nil || s.Host == "" {
+			for _, b := range t.Mailboxes {
+				if b.Email != "" {
+					log.Warn("mailboxes have an email but the tenant has no smtp host: no notices are sent", "tenant", t.Name)
+					break
+				}
+			}
+			continue
+		}
 		for _, b := range t.Mailboxes {
 			if b.Email == "" {
 				continue

@@ -165,6 +165,7 @@ var rules = map[string]string{
 	"inert.recordingRetention":  "recording.retention",
 	"inert.recordingBeep":       "recording.beep",
 	"inert.maxPending":          "maxPending with local storage",
+	"inert.mailboxes":           "mailboxes with voicemail off",
 	"inert.maxRetryAge":         "storage.s3.maxRetryAge",
 	"inert.presign":             "api.recordings.presign",
 	"inert.presignTtl":          "api.recordings.presignTtl",

@@ -976,6 +976,9 @@ func (v *validator) tenant(t *Tenant) {
 			}
 		}
 	}
+	if len(t.Mailboxes) > 0 && !v.cfg.System.Voicemail.Enabled {
+		v.warnf(m, "mailboxes", "inert.mailboxes", "voicemail.enabled is false: calls never reach these mailboxes (the API still lists their messages)")
+	}
 	boxes := map[string]bool{}
 	for i, b := range t.Mailboxes {
 		p := fmt.Sprintf("mailboxes[%d]", i)
