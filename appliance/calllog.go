@@ -10,6 +10,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/webhook"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // callLog turns call events into call records: an in-flight marker when a call is
@@ -129,12 +130,12 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	if dir == "" {
 		// A call refused before routing decided: a trunk's call was inbound,
 		// a phone's internal until outbound routing says otherwise.
-		dir = b2bua.DirectionInternal
+		dir = calls.DirectionInternal
 		if c.Caller.Kind == b2bua.KindTrunk {
-			dir = b2bua.DirectionInbound
+			dir = calls.DirectionInbound
 		}
 	}
-	rec := cdr.NewRecord(c.Tenant, cdr.Direction(dir), c.Start)
+	rec := cdr.NewRecord(c.Tenant, dir, c.Start)
 	rec.ID = cdr.ID(c.ID)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID
@@ -175,11 +176,11 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 	return rec
 }
 
-// causeOf maps a call or leg cause to the record's; anything else (none given)
-// is an error.
-func causeOf(s string) cdr.Cause {
-	if c := cdr.Cause(s); c.Valid() {
+// causeOf is a call or leg cause as the record shows it: one not valid
+// (none given) is an error.
+func causeOf(c calls.Cause) calls.Cause {
+	if c.Valid() {
 		return c
 	}
-	return cdr.Cause(b2bua.CauseError)
+	return calls.CauseError
 }

@@ -9,6 +9,7 @@ import (
 
 	"pbx/appliance/cdr"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // TestCallLogRecordsEachTenantsSide: an inter-tenant call is recorded in
@@ -24,10 +25,10 @@ func TestCallLogRecordsEachTenantsSide(t *testing.T) {
 	l := &callLog{store: store, log: slog.New(slog.DiscardHandler)}
 	start := time.Now().Add(-time.Minute)
 	c := b2bua.CallInfo{
-		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: b2bua.DirectionInternal, SIPCallID: "sip-1",
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, SIPCallID: "sip-1",
 		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
 		Caller: b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: "alice", Extension: "100"},
-		Meta:   b2bua.Meta{Tenant: "acme", Direction: b2bua.DirectionInternal, Extension: "200", From: "100", FromName: "Alice"},
+		Meta:   b2bua.Meta{Tenant: "acme", Direction: calls.DirectionInternal, Extension: "200", From: "100", FromName: "Alice"},
 		State:  b2bua.StateAnswered,
 	}
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventAnswered, Call: c})
@@ -36,15 +37,15 @@ func TestCallLogRecordsEachTenantsSide(t *testing.T) {
 			t.Errorf("in-flight marker of %s: %v", tn, err)
 		}
 	}
-	c.State, c.End, c.Cause, c.SIPStatus = b2bua.StateEnded, start.Add(time.Minute), b2bua.CauseAnswered, 200
+	c.State, c.End, c.Cause, c.SIPStatus = b2bua.StateEnded, start.Add(time.Minute), calls.CauseAnswered, 200
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: c})
 	for tn, ext := range map[string]string{"acme": "200", "demo": "100"} {
 		rec, err := store.Get(context.Background(), tn, cdr.ID(c.ID))
 		if err != nil {
 			t.Fatalf("record of %s: %v", tn, err)
 		}
-		if rec.Tenant != tn || rec.Extension != ext || rec.Direction != cdr.Internal || rec.From != "100" || rec.FromName != "Alice" ||
-			rec.AnsweredBy != "200" || rec.Cause != cdr.CauseAnswered {
+		if rec.Tenant != tn || rec.Extension != ext || rec.Direction != calls.DirectionInternal || rec.From != "100" || rec.FromName != "Alice" ||
+			rec.AnsweredBy != "200" || rec.Cause != calls.CauseAnswered {
 			t.Errorf("%s's record %+v", tn, rec)
 		}
 		if _, err := os.Stat(store.MarkerPath(tn, cdr.ID(c.ID))); !os.IsNotExist(err) {
@@ -66,8 +67,8 @@ func TestCallLogRecordsEachTenantsSide(t *testing.T) {
 func TestCallLogRecordsDigits(t *testing.T) {
 	start := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
 	c := b2bua.CallInfo{
-		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: b2bua.DirectionInternal, Start: start,
-		State: b2bua.StateEnded, End: start.Add(time.Minute), Cause: b2bua.CauseAnswered,
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, Start: start,
+		State: b2bua.StateEnded, End: start.Add(time.Minute), Cause: calls.CauseAnswered,
 		Digits: []b2bua.Digit{{Digit: "4", At: start.Add(2 * time.Second), Via: b2bua.DigitViaRTP}, {Digit: "#", At: start.Add(3 * time.Second), Via: b2bua.DigitViaINFO}},
 	}
 	steps := []cdr.Step{{ID: "s1", Type: "dial"}}

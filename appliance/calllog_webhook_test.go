@@ -14,6 +14,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/webhook"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // TestCallEndedWebhook: a committed call record goes to the tenant's
@@ -48,11 +49,11 @@ func TestCallEndedWebhook(t *testing.T) {
 	l := &callLog{store: store, log: slog.New(slog.DiscardHandler), hooks: hooks}
 	start := time.Now().Add(-time.Minute)
 	c := b2bua.CallInfo{
-		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: b2bua.DirectionInternal, SIPCallID: "sip-1",
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, SIPCallID: "sip-1",
 		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
 		Caller: b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "demo", Username: "alice", Extension: "100"},
-		Meta:   b2bua.Meta{Tenant: "acme", Direction: b2bua.DirectionInternal, Extension: "200", From: "100"},
-		State:  b2bua.StateEnded, End: start.Add(time.Minute), Cause: b2bua.CauseAnswered, SIPStatus: 200,
+		Meta:   b2bua.Meta{Tenant: "acme", Direction: calls.DirectionInternal, Extension: "200", From: "100"},
+		State:  b2bua.StateEnded, End: start.Add(time.Minute), Cause: calls.CauseAnswered, SIPStatus: 200,
 	}
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: c})
 	select {

@@ -43,7 +43,7 @@ func (l live) CallEvent(ev b2bua.Event) {
 	}
 	call := apiCall(&ev.Call)
 	if ev.Kind == b2bua.EventEnded {
-		call.Cause = string(causeOf(ev.Call.Cause))
+		call.Cause = causeOf(ev.Call.Cause)
 	}
 	sides := sidesOf(&ev.Call)
 	if len(sides) == 0 {

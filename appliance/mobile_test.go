@@ -24,6 +24,7 @@ import (
 	"pbx/appliance/mobile"
 	"pbx/appliance/mobile/roomtest"
 	"pbx/sipcore"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/siptest"
 )
 
@@ -388,7 +389,7 @@ func testDeskPhoneWinsMobileEnded(t *testing.T, e *mobileEnv) {
 	_ = call.Hangup(ctx)
 	rec := e.record(t, data.CallID)
 	for _, l := range rec.Legs {
-		if l.Kind == "mobile" && (l.Won || l.Cause != cdr.Cause("cancelled")) {
+		if l.Kind == "mobile" && (l.Won || l.Cause != calls.CauseCancelled) {
 			t.Fatalf("mobile leg %+v", l)
 		}
 	}

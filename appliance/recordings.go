@@ -18,6 +18,7 @@ import (
 	"pbx/appliance/routing"
 	"pbx/appliance/upload"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // newRecordings opens the recordings under dataDir, with the upload queue
@@ -88,7 +89,7 @@ func describeCall(calls *cdr.Store, cfg *config.Config, id string) (recording.Si
 		if err != nil {
 			continue
 		}
-		return recording.Sidecar{Tenant: r.Tenant, CallID: r.CallID, Direction: string(r.Direction), From: r.From, To: r.To,
+		return recording.Sidecar{Tenant: r.Tenant, CallID: r.CallID, Direction: r.Direction, From: r.From, To: r.To,
 			DID: r.DID, Trunk: r.Trunk, AnsweredBy: r.AnsweredBy, Start: r.Start, End: r.End}, true
 	}
 	return recording.Sidecar{}, false
@@ -105,7 +106,7 @@ func keyPrefixOf(o *config.S3) string {
 // extOf is the {ext} of a recording's object key: the extension calling
 // on an outbound call, else the one that answered.
 func extOf(sc *recording.Sidecar) string {
-	if sc.Direction == string(cdr.Outbound) {
+	if sc.Direction == calls.DirectionOutbound {
 		return sc.From
 	}
 	return sc.AnsweredBy
@@ -194,7 +195,7 @@ func (r *callRecorder) CallEvent(ev b2bua.Event) {
 func sidecarOf(c *b2bua.CallInfo) recording.Sidecar {
 	from, _ := c.Calling()
 	rec := recordOf(c)
-	sc := recording.Sidecar{ID: string(c.ID), Tenant: c.Tenant, CallID: c.SIPCallID, Direction: string(rec.Direction),
+	sc := recording.Sidecar{ID: string(c.ID), Tenant: c.Tenant, CallID: c.SIPCallID, Direction: rec.Direction,
 		From: from, To: c.To, DID: c.DID, Trunk: c.Trunk, AnsweredBy: c.AnsweredBy, Start: c.Start.UTC().Truncate(time.Millisecond)}
 	if !c.End.IsZero() {
 		sc.End = c.End.UTC().Truncate(time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/sipcore/calls"
 )
 
 // serveInProcess runs one request through the whole middleware stack.
@@ -43,9 +44,9 @@ func BenchmarkCDRPage(b *testing.B) {
 	start := time.Date(2026, 11, 17, 8, 0, 0, 0, time.UTC)
 	for i := range 600 {
 		for _, tenant := range []string{"acme", "globex"} {
-			r := cdr.NewRecord(tenant, cdr.Outbound, start.Add(time.Duration(i)*7*time.Minute))
+			r := cdr.NewRecord(tenant, calls.DirectionOutbound, start.Add(time.Duration(i)*7*time.Minute))
 			r.From, r.To = "100", "+15557770000"
-			r.Finish(r.Start.Add(time.Minute), cdr.CauseBusy, 486, "")
+			r.Finish(r.Start.Add(time.Minute), calls.CauseBusy, 486, "")
 			if err := e.store.Commit(r); err != nil {
 				b.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 
 	"pbx/appliance/cdr"
 	"pbx/appliance/config"
+	"pbx/sipcore/calls"
 	"pbx/web/api"
 )
 
@@ -194,9 +195,9 @@ func newEnv(t testing.TB, mods ...envOption) *env {
 	base := time.Date(2026, 11, 20, 10, 0, 0, 0, time.UTC)
 	for i := range 6 {
 		for _, tenant := range []string{"acme", "globex"} {
-			r := cdr.NewRecord(tenant, cdr.Inbound, base.Add(time.Duration(i)*time.Minute))
+			r := cdr.NewRecord(tenant, calls.DirectionInbound, base.Add(time.Duration(i)*time.Minute))
 			r.From, r.To, r.DID = "+15551230"+string(rune('0'+i)), "100", "+15559990000"
-			r.Finish(r.Start.Add(30*time.Second), cdr.CauseNoAnswer, 487, "")
+			r.Finish(r.Start.Add(30*time.Second), calls.CauseNoAnswer, 487, "")
 			if err := store.Commit(r); err != nil {
 				t.Fatal(err)
 			}

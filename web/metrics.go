@@ -118,7 +118,7 @@ func (m *metrics) follow(ctx context.Context) {
 					m.setup.Observe(c.AnsweredAt.Sub(c.StartedAt).Seconds())
 				}
 			case events.CallEnded:
-				m.ended.WithLabelValues(c.Direction, c.Cause).Inc()
+				m.ended.WithLabelValues(string(c.Direction), string(c.Cause)).Inc()
 			}
 		}
 	}
@@ -199,7 +199,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			for _, call := range calls {
 				if !seen[call.ID] { // an inter-tenant call is listed once per tenant
 					seen[call.ID] = true
-					by[call.Direction]++
+					by[string(call.Direction)]++
 				}
 			}
 			for dir, n := range by {

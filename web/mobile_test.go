@@ -19,6 +19,7 @@ import (
 	"pbx/appliance/config"
 	amobile "pbx/appliance/mobile"
 	"pbx/db"
+	"pbx/sipcore/calls"
 	"pbx/web/api"
 	"pbx/web/mobile"
 )
@@ -467,9 +468,9 @@ func TestDeviceCDR(t *testing.T) {
 	m := newMobileEnv(t)
 	base := time.Date(2026, 11, 21, 9, 0, 0, 0, time.UTC)
 	for i, c := range []struct{ tenant, ext string }{{"acme", "100"}, {"acme", "101"}, {"globex", "100"}, {"acme", "100"}, {"acme", "100"}} {
-		r := cdr.NewRecord(c.tenant, cdr.Internal, base.Add(time.Duration(i)*time.Minute))
+		r := cdr.NewRecord(c.tenant, calls.DirectionInternal, base.Add(time.Duration(i)*time.Minute))
 		r.From, r.To, r.Extension = "101", c.ext, c.ext
-		r.Finish(r.Start.Add(10*time.Second), cdr.CauseNoAnswer, 487, "")
+		r.Finish(r.Start.Add(10*time.Second), calls.CauseNoAnswer, 487, "")
 		if err := m.store.Commit(r); err != nil {
 			t.Fatal(err)
 		}

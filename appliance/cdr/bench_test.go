@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // The listing benchmarks run over a year of history: 1,000,000 calls over
@@ -81,7 +83,7 @@ func benchEntry(rng *rand.Rand, i, n int) Entry {
 	e := Entry{
 		ID:         NewID(start),
 		Start:      start,
-		Direction:  []Direction{Inbound, Outbound, Internal}[rng.IntN(3)],
+		Direction:  []calls.Direction{calls.DirectionInbound, calls.DirectionOutbound, calls.DirectionInternal}[rng.IntN(3)],
 		From:       from,
 		To:         fmt.Sprintf("+1666%07d", rng.IntN(10_000_000)),
 		Trunk:      []string{"carrier-a", "carrier-b", ""}[rng.IntN(3)],
@@ -90,9 +92,9 @@ func benchEntry(rng *rand.Rand, i, n int) Entry {
 		DurationMS: int64(rng.IntN(600_000)),
 	}
 	e.DID = e.To
-	e.Cause = CauseNoAnswer
+	e.Cause = calls.CauseNoAnswer
 	if e.Answered {
-		e.Cause = CauseAnswered
+		e.Cause = calls.CauseAnswered
 	}
 	e.startMS = start.UnixMilli()
 	return e
@@ -179,7 +181,7 @@ func BenchmarkListFirstPage(b *testing.B) {
 		q    Query
 	}{
 		{"all", Query{}},
-		{"direction", Query{Direction: Outbound}},
+		{"direction", Query{Direction: calls.DirectionOutbound}},
 		{"answered_trunk", Query{Answered: &yes, Trunk: "carrier-b"}},
 		{"extension", Query{Extension: "142"}},
 		{"number_prefix", Query{Number: "+1555"}},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 func testLog(t testing.TB) *slog.Logger {
@@ -57,15 +59,15 @@ func newTestStore(t testing.TB, zones map[string]*time.Location, mod func(*Optio
 
 // call builds a finished record.
 func call(tenant string, start time.Time, answered bool, from, to string) *Record {
-	r := NewRecord(tenant, Inbound, start)
+	r := NewRecord(tenant, calls.DirectionInbound, start)
 	r.From, r.To, r.DID, r.Trunk, r.Extension = from, to, to, "carrier", "100"
 	r.CallID = "a84b4c76e66710@pc33.example.com"
 	end := start.Add(90 * time.Second)
 	if answered {
 		r.SetAnswer(start.Add(10*time.Second), "100")
-		r.Finish(end, CauseAnswered, 200, "")
+		r.Finish(end, calls.CauseAnswered, 200, "")
 	} else {
-		r.Finish(end, CauseNoAnswer, 487, "no answer")
+		r.Finish(end, calls.CauseNoAnswer, 487, "no answer")
 	}
 	return r
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // IndexFile is the name of a day's index inside its day directory.
@@ -13,20 +15,20 @@ const IndexFile = "index.jsonl"
 // listing. The index line carries what filtering and listing need; Tenant is
 // not stored in the line (the directory names it) and is filled in by List.
 type Entry struct {
-	Tenant     string    `json:"tenant,omitempty"`
-	ID         ID        `json:"id"`
-	Start      time.Time `json:"start"`
-	Direction  Direction `json:"direction"`
-	From       string    `json:"from"`
-	To         string    `json:"to"`
-	DID        string    `json:"did"`
-	Trunk      string    `json:"trunk"`
-	Extension  string    `json:"extension"`
-	Answered   bool      `json:"answered"`
-	Cause      Cause     `json:"cause"`
-	DurationMS int64     `json:"duration_ms"`
-	Rec        bool      `json:"rec"`
-	VM         bool      `json:"vm"`
+	Tenant     string          `json:"tenant,omitempty"`
+	ID         ID              `json:"id"`
+	Start      time.Time       `json:"start"`
+	Direction  calls.Direction `json:"direction"`
+	From       string          `json:"from"`
+	To         string          `json:"to"`
+	DID        string          `json:"did"`
+	Trunk      string          `json:"trunk"`
+	Extension  string          `json:"extension"`
+	Answered   bool            `json:"answered"`
+	Cause      calls.Cause     `json:"cause"`
+	DurationMS int64           `json:"duration_ms"`
+	Rec        bool            `json:"rec"`
+	VM         bool            `json:"vm"`
 
 	startMS int64 // Start in Unix milliseconds, the sort key with ID
 }

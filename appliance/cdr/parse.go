@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 var errSlowPath = errors.New("not in the fast form")
@@ -132,7 +134,7 @@ func parseFast(b []byte) (Entry, error) {
 			}
 		case "direction":
 			bit, ok = 1<<2, kind == '"'
-			e.Direction = Direction(str)
+			e.Direction = calls.Direction(str)
 		case "from":
 			bit, ok = 1<<3, kind == '"'
 			e.From = str
@@ -153,7 +155,7 @@ func parseFast(b []byte) (Entry, error) {
 			e.Answered = flag
 		case "cause":
 			bit, ok = 1<<9, kind == '"'
-			e.Cause = Cause(str)
+			e.Cause = calls.Cause(str)
 		case "duration_ms":
 			bit, ok = 1<<10, kind >= '0' && kind <= '9'
 			e.DurationMS = num

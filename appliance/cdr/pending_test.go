@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // diskFull makes the named write steps of s fail with ENOSPC while it is
@@ -296,7 +298,7 @@ func TestRefreshMarkers(t *testing.T) {
 		o.DataDir = dir
 		o.Now = func() time.Time { return time.Unix(0, now.Load()).UTC() }
 	})
-	live := NewRecord("acme", Inbound, start)
+	live := NewRecord("acme", calls.DirectionInbound, start)
 	live.SetAnswer(start.Add(5*time.Second), "100")
 	ended := call("acme", start, true, "1", "2")
 	for _, r := range []*Record{live, ended} {
@@ -327,7 +329,7 @@ func TestRefreshMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s2.Get(context.Background(), "acme", live.ID)
-	if err != nil || !got.End.Equal(refreshed) || got.DurationMS != (7*time.Minute).Milliseconds() || got.Cause != CauseIncomplete {
+	if err != nil || !got.End.Equal(refreshed) || got.DurationMS != (7*time.Minute).Milliseconds() || got.Cause != calls.CauseIncomplete {
 		t.Fatalf("recovered: %v %+v", err, got)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // Query selects call records. Zero fields do not filter.
@@ -26,7 +28,7 @@ type Query struct {
 	// From and To bound start, both inclusive.
 	From, To *time.Time
 	// Direction is inbound, outbound or internal.
-	Direction Direction
+	Direction calls.Direction
 	// Number is a substring of from, to or did (case-sensitive).
 	Number string
 	// Answered selects answered (true) or unanswered (false) calls.
@@ -76,7 +78,7 @@ func minPos(a, b pos) pos {
 type filter struct {
 	fromMS    int64
 	upper     pos // lines strictly after this position
-	direction Direction
+	direction calls.Direction
 	number    string
 	answered  *bool
 	trunk     string

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // listAll pages through q with the given page size and returns every
@@ -67,14 +69,14 @@ func seed(t *testing.T, s *Store, tenants []string, days, n int, base time.Time)
 		for i := range n {
 			start := base.Add(-time.Duration(i) * time.Duration(days) * 24 * time.Hour / time.Duration(n)).Add(time.Duration(ti) * 17 * time.Second)
 			r := call(tn, start, i%3 != 0, fmt.Sprintf("+1555%07d", i), fmt.Sprintf("+1666%07d", i%10))
-			r.Direction = []Direction{Inbound, Outbound, Internal}[i%3]
+			r.Direction = []calls.Direction{calls.DirectionInbound, calls.DirectionOutbound, calls.DirectionInternal}[i%3]
 			r.Trunk = []string{"alpha", "beta"}[i%2]
 			r.Extension = fmt.Sprintf("%d", 100+i%5)
 			if i%4 == 0 {
 				r.DID = fmt.Sprintf("+1777%07d", i)
 			}
 			if !r.Answered() {
-				r.Cause = CauseBusy
+				r.Cause = calls.CauseBusy
 			}
 			commit(t, s, r)
 			out = append(out, r)
@@ -182,7 +184,7 @@ func TestListFilters(t *testing.T) {
 		{"allowed set", Query{Tenants: []string{"a"}}, func(r *Record) bool { return r.Tenant == "a" }},
 		{"tenant outside allowed set", Query{Tenants: []string{"a"}, Tenant: "b"}, func(r *Record) bool { return false }},
 		{"unknown tenant", Query{Tenant: "zz"}, func(r *Record) bool { return false }},
-		{"direction", Query{Direction: Outbound}, func(r *Record) bool { return r.Direction == Outbound }},
+		{"direction", Query{Direction: calls.DirectionOutbound}, func(r *Record) bool { return r.Direction == calls.DirectionOutbound }},
 		{"answered", Query{Answered: &yes}, func(r *Record) bool { return r.Answered() }},
 		{"unanswered", Query{Answered: &no}, func(r *Record) bool { return !r.Answered() }},
 		{"trunk", Query{Trunk: "beta"}, func(r *Record) bool { return r.Trunk == "beta" }},
@@ -193,9 +195,9 @@ func TestListFilters(t *testing.T) {
 		{"number in did", Query{Number: "7770000008"}, func(r *Record) bool { return r.DID == "+17770000008" }},
 		{"number nowhere", Query{Number: "999999999"}, func(r *Record) bool { return false }},
 		{"range", Query{From: &from, To: &to}, func(r *Record) bool { return !r.Start.Before(from) && !r.Start.After(to) }},
-		{"range and filters", Query{From: &from, To: &to, Direction: Inbound, Trunk: "alpha"},
+		{"range and filters", Query{From: &from, To: &to, Direction: calls.DirectionInbound, Trunk: "alpha"},
 			func(r *Record) bool {
-				return !r.Start.Before(from) && !r.Start.After(to) && r.Direction == Inbound && r.Trunk == "alpha"
+				return !r.Start.Before(from) && !r.Start.After(to) && r.Direction == calls.DirectionInbound && r.Trunk == "alpha"
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

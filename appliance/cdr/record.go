@@ -3,55 +3,12 @@ package cdr
 import (
 	"fmt"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // Version is the value of the v field this package writes.
 const Version = 1
-
-// Direction of a call.
-type Direction string
-
-// Directions.
-const (
-	Inbound  Direction = "inbound"
-	Outbound Direction = "outbound"
-	Internal Direction = "internal"
-)
-
-// Valid reports whether d is one of the three directions.
-func (d Direction) Valid() bool {
-	return d == Inbound || d == Outbound || d == Internal
-}
-
-// Cause says how a call ended. Exactly nine values exist.
-type Cause string
-
-// Causes.
-const (
-	CauseAnswered   Cause = "answered"
-	CauseNoAnswer   Cause = "no_answer"
-	CauseBusy       Cause = "busy"
-	CauseRejected   Cause = "rejected"
-	CauseNoRoute    Cause = "no_route"
-	CauseCancelled  Cause = "cancelled"
-	CauseFailed     Cause = "failed"
-	CauseError      Cause = "error"
-	CauseIncomplete Cause = "incomplete"
-)
-
-// Causes lists every valid cause.
-var Causes = []Cause{CauseAnswered, CauseNoAnswer, CauseBusy, CauseRejected, CauseNoRoute,
-	CauseCancelled, CauseFailed, CauseError, CauseIncomplete}
-
-// Valid reports whether c is one of the nine causes.
-func (c Cause) Valid() bool {
-	for _, v := range Causes {
-		if c == v {
-			return true
-		}
-	}
-	return false
-}
 
 // StepVoicemailCheck is the dialplan step whose digits (a mailbox PIN) are
 // never recorded.
@@ -79,14 +36,14 @@ type Step struct {
 // Leg is one outgoing leg (a contact, a trunk, a mobile bridge) the call
 // tried.
 type Leg struct {
-	Target    string     `json:"target"`
-	Kind      string     `json:"kind"`
-	Start     time.Time  `json:"start"`
-	Answer    *time.Time `json:"answer,omitempty"`
-	End       time.Time  `json:"end"`
-	SIPStatus int        `json:"sip_status"`
-	Won       bool       `json:"won"`
-	Cause     Cause      `json:"cause"`
+	Target    string      `json:"target"`
+	Kind      string      `json:"kind"`
+	Start     time.Time   `json:"start"`
+	Answer    *time.Time  `json:"answer,omitempty"`
+	End       time.Time   `json:"end"`
+	SIPStatus int         `json:"sip_status"`
+	Won       bool        `json:"won"`
+	Cause     calls.Cause `json:"cause"`
 }
 
 // Digits is DTMF the caller sent while a step ran.
@@ -99,32 +56,32 @@ type Digits struct {
 
 // Record is one call record, as written to <id>.json and returned by Get.
 type Record struct {
-	ID         ID         `json:"id"`
-	Tenant     string     `json:"tenant"`
-	V          int        `json:"v"`
-	Direction  Direction  `json:"direction"`
-	CallID     string     `json:"call_id"`   // SIP Call-ID; never a path element
-	DialogID   string     `json:"dialog_id"` // never a path element
-	From       string     `json:"from"`
-	FromName   string     `json:"from_name"`
-	To         string     `json:"to"`
-	DID        string     `json:"did"`
-	Trunk      string     `json:"trunk"`
-	Source     string     `json:"source"`
-	Extension  string     `json:"extension"`
-	Start      time.Time  `json:"start"`
-	Answer     *time.Time `json:"answer,omitempty"` // absent when never answered
-	End        time.Time  `json:"end"`
-	DurationMS int64      `json:"duration_ms"` // end - start
-	BillMS     int64      `json:"bill_ms"`     // end - answer; zero unless answered
-	Cause      Cause      `json:"cause"`
-	SIPStatus  int        `json:"sip_status"`
-	Reason     string     `json:"reason"`
-	Steps      []Step     `json:"steps"`
-	Legs       []Leg      `json:"legs"`
-	Digits     []Digits   `json:"digits"` // never those of a voicemail_check step
-	AnsweredBy string     `json:"answered_by"`
-	Incomplete bool       `json:"incomplete"` // recovered from an in-flight marker
+	ID         ID              `json:"id"`
+	Tenant     string          `json:"tenant"`
+	V          int             `json:"v"`
+	Direction  calls.Direction `json:"direction"`
+	CallID     string          `json:"call_id"`   // SIP Call-ID; never a path element
+	DialogID   string          `json:"dialog_id"` // never a path element
+	From       string          `json:"from"`
+	FromName   string          `json:"from_name"`
+	To         string          `json:"to"`
+	DID        string          `json:"did"`
+	Trunk      string          `json:"trunk"`
+	Source     string          `json:"source"`
+	Extension  string          `json:"extension"`
+	Start      time.Time       `json:"start"`
+	Answer     *time.Time      `json:"answer,omitempty"` // absent when never answered
+	End        time.Time       `json:"end"`
+	DurationMS int64           `json:"duration_ms"` // end - start
+	BillMS     int64           `json:"bill_ms"`     // end - answer; zero unless answered
+	Cause      calls.Cause     `json:"cause"`
+	SIPStatus  int             `json:"sip_status"`
+	Reason     string          `json:"reason"`
+	Steps      []Step          `json:"steps"`
+	Legs       []Leg           `json:"legs"`
+	Digits     []Digits        `json:"digits"` // never those of a voicemail_check step
+	AnsweredBy string          `json:"answered_by"`
+	Incomplete bool            `json:"incomplete"` // recovered from an in-flight marker
 	// Links to a queue visit, a recording and a voicemail message: declared,
 	// always empty for now. The index booleans rec and vm derive from them.
 	Queue     string `json:"queue"`
@@ -134,7 +91,7 @@ type Record struct {
 
 // NewRecord starts a record for a call of tenant that started at start,
 // with a fresh id.
-func NewRecord(tenant string, dir Direction, start time.Time) *Record {
+func NewRecord(tenant string, dir calls.Direction, start time.Time) *Record {
 	start = start.UTC().Truncate(time.Millisecond)
 	return &Record{ID: NewID(start), Tenant: tenant, V: Version, Direction: dir, Start: start}
 }
@@ -168,7 +125,7 @@ func (r *Record) SetAnswer(t time.Time, by string) {
 func (r *Record) Answered() bool { return r.Answer != nil }
 
 // Finish sets the end, the cause and the final SIP status and reason.
-func (r *Record) Finish(end time.Time, cause Cause, sipStatus int, reason string) {
+func (r *Record) Finish(end time.Time, cause calls.Cause, sipStatus int, reason string) {
 	r.End = end
 	r.Cause = cause
 	r.SIPStatus = sipStatus

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 func TestNewIDForm(t *testing.T) {
@@ -75,25 +77,8 @@ func TestValidateTenant(t *testing.T) {
 	}
 }
 
-func TestCauseValid(t *testing.T) {
-	want := []string{"answered", "no_answer", "busy", "rejected", "no_route", "cancelled", "failed", "error", "incomplete"}
-	if len(Causes) != len(want) {
-		t.Fatalf("%d causes, want %d", len(Causes), len(want))
-	}
-	for _, c := range want {
-		if !Cause(c).Valid() {
-			t.Errorf("%q should be valid", c)
-		}
-	}
-	for _, c := range []string{"", "ANSWERED", "timeout", "declined"} {
-		if Cause(c).Valid() {
-			t.Errorf("%q should be invalid", c)
-		}
-	}
-}
-
 func TestAddDigitsDropsVoicemailCheck(t *testing.T) {
-	r := NewRecord("acme", Internal, time.Now())
+	r := NewRecord("acme", calls.DirectionInternal, time.Now())
 	at := time.Now()
 	if !r.AddDigits("s1", "dial", "123", at) {
 		t.Fatal("dial digits refused")
@@ -121,7 +106,7 @@ func TestRecordJSONFields(t *testing.T) {
 	start := time.Date(2026, 11, 21, 15, 12, 30, 123_400_000, time.UTC)
 	r := call("acme", start, true, "+15551230001", "+15559870002")
 	r.AddStep(Step{ID: "s1", Type: "dial", At: start})
-	r.AddLeg(Leg{Target: "sip:100@10.0.0.5", Kind: "contact", Start: start, End: start.Add(time.Minute), SIPStatus: 200, Won: true, Cause: CauseAnswered})
+	r.AddLeg(Leg{Target: "sip:100@10.0.0.5", Kind: "contact", Start: start, End: start.Add(time.Minute), SIPStatus: 200, Won: true, Cause: calls.CauseAnswered})
 	n := r.normalize()
 	data, err := json.Marshal(&n)
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // ReindexOptions selects the days Reindex rebuilds.
@@ -133,7 +135,7 @@ feed:
 type indexSource struct {
 	ID         ID              `json:"id"`
 	Tenant     string          `json:"tenant"`
-	Direction  Direction       `json:"direction"`
+	Direction  calls.Direction `json:"direction"`
 	From       string          `json:"from"`
 	To         string          `json:"to"`
 	DID        string          `json:"did"`
@@ -141,7 +143,7 @@ type indexSource struct {
 	Extension  string          `json:"extension"`
 	Start      time.Time       `json:"start"`
 	Answer     json.RawMessage `json:"answer"`
-	Cause      Cause           `json:"cause"`
+	Cause      calls.Cause     `json:"cause"`
 	DurationMS int64           `json:"duration_ms"`
 	Recording  string          `json:"recording"`
 	Voicemail  string          `json:"voicemail"`

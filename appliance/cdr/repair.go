@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // ActionKind names one change recovery or repair makes (or, in a dry run,
@@ -365,7 +367,7 @@ func (r *repairer) markerFiles(marks []marker) error {
 		default:
 			rec := *m.rec
 			rec.Incomplete = true
-			rec.Cause = CauseIncomplete
+			rec.Cause = calls.CauseIncomplete
 			rec.End = m.mod
 			if rec.End.Before(rec.Start) {
 				rec.End = rec.Start

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 func kinds(acts []Action) []string {
@@ -50,7 +52,7 @@ func TestRecoverPromotesMarkerWithoutRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rec.Incomplete || rec.Cause != CauseIncomplete || !rec.End.Equal(killed) || rec.Answer == nil ||
+	if !rec.Incomplete || rec.Cause != calls.CauseIncomplete || !rec.End.Equal(killed) || rec.Answer == nil ||
 		rec.DurationMS != (7*time.Minute+250*time.Millisecond).Milliseconds() || rec.BillMS != rec.DurationMS-10000 {
 		t.Fatalf("promoted record: %+v", rec)
 	}
@@ -58,7 +60,7 @@ func TestRecoverPromotesMarkerWithoutRecord(t *testing.T) {
 		t.Fatalf("marker left: %v", err)
 	}
 	lines := readLines(t, filepath.Join(s.dayDir("acme", start), IndexFile))
-	if len(lines) != 1 || lines[0].Cause != CauseIncomplete || !lines[0].Answered {
+	if len(lines) != 1 || lines[0].Cause != calls.CauseIncomplete || !lines[0].Answered {
 		t.Fatalf("index: %+v", lines)
 	}
 	again, err := s.Recover(context.Background())
@@ -100,7 +102,7 @@ func TestRecoverDropsMarkerOfCommittedRecord(t *testing.T) {
 				t.Fatalf("actions %v, want %v", acts, want)
 			}
 			rec, _ := s.Get(context.Background(), "acme", r.ID)
-			if rec.Incomplete || rec.Cause != CauseAnswered {
+			if rec.Incomplete || rec.Cause != calls.CauseAnswered {
 				t.Fatalf("committed record changed: %+v", rec)
 			}
 			lines := readLines(t, idx)

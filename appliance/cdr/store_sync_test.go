@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 // TestMarkersFlushedByRun: a marker is renamed into place at once (a killed
@@ -22,7 +24,7 @@ func TestMarkersFlushedByRun(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	r := NewRecord("acme", Internal, time.Now().Add(-time.Second))
+	r := NewRecord("acme", calls.DirectionInternal, time.Now().Add(-time.Second))
 	r.SetAnswer(time.Now(), "101")
 	if err := s.Answered(r); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 func TestCommitAnsweredCall(t *testing.T) {
@@ -56,11 +58,11 @@ func TestCommitAnsweredCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Cause != CauseAnswered || rec.BillMS != 80000 || rec.DurationMS != 90000 || rec.Answer == nil || rec.V != 1 {
+	if rec.Cause != calls.CauseAnswered || rec.BillMS != 80000 || rec.DurationMS != 90000 || rec.Answer == nil || rec.V != 1 {
 		t.Fatalf("record: %+v", rec)
 	}
 	lines := readLines(t, filepath.Join(day, IndexFile))
-	if len(lines) != 1 || lines[0].ID != r.ID || !lines[0].Answered || lines[0].DurationMS != 90000 || lines[0].Cause != CauseAnswered {
+	if len(lines) != 1 || lines[0].ID != r.ID || !lines[0].Answered || lines[0].DurationMS != 90000 || lines[0].Cause != calls.CauseAnswered {
 		t.Fatalf("index: %+v", lines)
 	}
 	// An index line is compact and has exactly the listing fields.
@@ -89,7 +91,7 @@ func TestCommitUnansweredWritesNoMarker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Answer != nil || rec.BillMS != 0 || rec.Cause != CauseNoAnswer {
+	if rec.Answer != nil || rec.BillMS != 0 || rec.Cause != calls.CauseNoAnswer {
 		t.Fatalf("record: %+v", rec)
 	}
 }

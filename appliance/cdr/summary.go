@@ -1,6 +1,10 @@
 package cdr
 
-import "math"
+import (
+	"math"
+
+	"pbx/sipcore/calls"
+)
 
 // gramLen is the length of the substrings of from, to and did a day's Bloom
 // filter holds. A number filter of at least gramLen characters can rule out
@@ -21,13 +25,13 @@ type summary struct {
 	bloom           bloom
 }
 
-func dirBit(d Direction) uint8 {
+func dirBit(d calls.Direction) uint8 {
 	switch d {
-	case Inbound:
+	case calls.DirectionInbound:
 		return 1
-	case Outbound:
+	case calls.DirectionOutbound:
 		return 2
-	case Internal:
+	case calls.DirectionInternal:
 		return 4
 	}
 	return 8

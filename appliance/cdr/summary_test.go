@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"pbx/sipcore/calls"
 )
 
 func TestSummarySkipsDays(t *testing.T) {
@@ -13,7 +15,7 @@ func TestSummarySkipsDays(t *testing.T) {
 	for i := range 3000 {
 		r := call("a", base.Add(time.Duration(i)*time.Second), i%2 == 0, fmt.Sprintf("+1555%07d", i*7), fmt.Sprintf("+1666%07d", i*13))
 		r.Trunk = "alpha"
-		r.Direction = Inbound
+		r.Direction = calls.DirectionInbound
 		n := r.normalize()
 		es = append(es, n.Entry())
 	}
@@ -30,7 +32,7 @@ func TestSummarySkipsDays(t *testing.T) {
 		{"number present in to", func(f *filter) { f.number = "6660000130" }, true},
 		{"number absent", func(f *filter) { f.number = "9998887777" }, false},
 		{"short number", func(f *filter) { f.number = "999" }, true}, // cannot rule out
-		{"direction absent", func(f *filter) { f.direction = Outbound }, false},
+		{"direction absent", func(f *filter) { f.direction = calls.DirectionOutbound }, false},
 		{"trunk absent", func(f *filter) { f.trunk = "beta" }, false},
 		{"trunk present", func(f *filter) { f.trunk = "alpha" }, true},
 		{"extension absent", func(f *filter) { f.extension = "999" }, false},

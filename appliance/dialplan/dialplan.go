@@ -23,6 +23,7 @@ import (
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
 )
@@ -113,7 +114,7 @@ func (r *Dialplan) Identify(req *sip.Request, src netip.AddrPort) (b2bua.Caller,
 	if from != nil && r.dir.ByDomain(from.Address.Host) == nil && r.dir.ByDomain(req.Recipient.Host) == nil {
 		err := fmt.Errorf("INVITE from %s: no trunk has this address and neither %q nor %q is a tenant's domain", src, from.Address.Host, req.Recipient.Host)
 		r.log.Info("call refused", "remote", src.String(), "to", req.Recipient.User, "err", err, logging.KindKey, "sip.call_refused")
-		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
+		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: calls.CauseRejected, Err: err}
 	}
 	return b2bua.Caller{}, false, nil
 }
@@ -201,7 +202,7 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 	// The record's extension: the one called, or on an outbound call the
 	// one calling.
 	meta.Extension = res.Extension
-	if res.Direction == routing.DirectionOutbound {
+	if res.Direction == calls.DirectionOutbound {
 		meta.Extension = caller.Extension
 		if res.CallerID.Number != "" {
 			meta.DID = res.CallerID.Number
@@ -235,7 +236,7 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 		}
 		if len(target.Legs) == 0 {
 			r.failLast(res, "no registered phone")
-			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, calls.CauseFailed,
 				fmt.Errorf("extension %s of tenant %s has no registered phone", res.Extension, res.Tenant))
 		}
 	case routing.KindRingGroup:
@@ -262,7 +263,7 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 		}
 		if len(target.Legs) == 0 {
 			r.failLast(res, "no registered phone")
-			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, calls.CauseFailed,
 				fmt.Errorf("no extension of ring group %s of tenant %s has a registered phone", g.Name, res.Tenant))
 		}
 	case routing.KindVoicemail:
@@ -270,14 +271,14 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 			r.failLast(res, "voicemail is not available")
 			// 480 rather than 404: the number exists, its mailbox does not
 			// take messages; a carrier may try again or elsewhere.
-			return rejectWith(target, sip.StatusTemporarilyUnavailable, b2bua.CauseFailed,
+			return rejectWith(target, sip.StatusTemporarilyUnavailable, calls.CauseFailed,
 				fmt.Errorf("tenant %s: no mailbox takes messages for extension %s", res.Tenant, res.Extension))
 		}
 		target.App = r.vm.Deposit(res.Tenant, res.Extension)
 	case routing.KindVoicemailCheck:
 		if r.vm == nil || (res.Extension != "" && !r.vm.Mailbox(res.Tenant, res.Extension)) {
 			r.failLast(res, "no mailbox")
-			return rejectWith(target, sip.StatusNotFound, b2bua.CauseNoRoute,
+			return rejectWith(target, sip.StatusNotFound, calls.CauseNoRoute,
 				fmt.Errorf("tenant %s: no mailbox for %q", res.Tenant, res.Extension))
 		}
 		target.App = r.vm.Check(res.Tenant, res.Extension, caller)
@@ -285,7 +286,7 @@ func (r *Dialplan) decide(ctx context.Context, in *b2bua.Inbound, res *routing.R
 		leg, err := r.trunkLeg(res, &target.CallerID)
 		if err != nil {
 			r.failLast(res, err.Error())
-			return rejectWith(target, sip.StatusServiceUnavailable, b2bua.CauseFailed, err)
+			return rejectWith(target, sip.StatusServiceUnavailable, calls.CauseFailed, err)
 		}
 		target.Legs = []b2bua.LegTarget{leg}
 	}
@@ -305,11 +306,11 @@ func (r *Dialplan) voicemailFor(res *routing.Result) bool {
 func (r *Dialplan) toVoicemail(id b2bua.CallID, tn, ext string) func(context.Context, b2bua.Failure) *b2bua.Target {
 	return func(_ context.Context, f b2bua.Failure) *b2bua.Target {
 		switch f.Cause {
-		case b2bua.CauseBusy, b2bua.CauseNoAnswer, b2bua.CauseFailed, b2bua.CauseRejected:
+		case calls.CauseBusy, calls.CauseNoAnswer, calls.CauseFailed, calls.CauseRejected:
 		default:
 			return nil
 		}
-		r.steps.Next(id, f.Cause, cdr.Step{Type: routing.StepVoicemail, At: time.Now()})
+		r.steps.Next(id, string(f.Cause), cdr.Step{Type: routing.StepVoicemail, At: time.Now()})
 		return &b2bua.Target{App: r.vm.Deposit(tn, ext)}
 	}
 }
@@ -362,12 +363,12 @@ func (r *Dialplan) reserve(in *b2bua.Inbound, res *routing.Result) *b2bua.Reject
 		status = sip.StatusServiceUnavailable
 	}
 	r.log.Info("call refused by limits", "tenant", res.Tenant, "caller_tenant", claim.CallerTenant, "account", claim.Account, "err", err)
-	return &b2bua.Rejection{Status: status, Cause: b2bua.CauseRejected, Err: err}
+	return &b2bua.Rejection{Status: status, Cause: calls.CauseRejected, Err: err}
 }
 
 // rejectWith refuses the call and still hands b2bua the target's metadata
 // (tenant, direction, did, trunk) for the call record.
-func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Decision {
+func rejectWith(t *b2bua.Target, status int, cause calls.Cause, err error) b2bua.Decision {
 	t.Legs = nil
 	return b2bua.Decision{Reject: &b2bua.Rejection{Status: status, Cause: cause, Err: err}, Target: t}
 }
@@ -375,7 +376,7 @@ func rejectWith(t *b2bua.Target, status int, cause string, err error) b2bua.Deci
 // failLast marks the last step as failed when the legs cannot be built.
 func (r *Dialplan) failLast(res *routing.Result, msg string) {
 	if n := len(res.Steps); n > 0 {
-		res.Steps[n-1].Result, res.Steps[n-1].Error = b2bua.CauseFailed, msg
+		res.Steps[n-1].Result, res.Steps[n-1].Error = string(calls.CauseFailed), msg
 	}
 }
 

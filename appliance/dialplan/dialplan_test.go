@@ -17,6 +17,7 @@ import (
 	"pbx/appliance/tenant"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
 )
@@ -295,7 +296,7 @@ func TestRouteRejectionKeepsMeta(t *testing.T) {
 		RequestURI: sip.Uri{User: "+15550999"}, To: sip.Uri{User: "+15550999"},
 	}
 	d := route(t, r, in)
-	if d.Reject == nil || d.Reject.Status != 404 || d.Reject.Cause != b2bua.CauseNoRoute || d.Target == nil || len(d.Target.Legs) != 0 {
+	if d.Reject == nil || d.Reject.Status != 404 || d.Reject.Cause != calls.CauseNoRoute || d.Target == nil || len(d.Target.Legs) != 0 {
 		t.Fatalf("decision %+v", d)
 	}
 	if m := d.Target.Meta; m.Tenant != "demo" || m.Direction != "inbound" || m.DID != "+15550999" || m.Trunk != "pinned" {
@@ -339,7 +340,7 @@ func TestRouteReservesCallLimits(t *testing.T) {
 		t.Fatalf("first call refused: %+v", d.Reject)
 	}
 	d := call("c2")
-	if d.Reject == nil || d.Reject.Status != 503 || d.Reject.Cause != b2bua.CauseRejected {
+	if d.Reject == nil || d.Reject.Status != 503 || d.Reject.Cause != calls.CauseRejected {
 		t.Fatalf("second concurrent call: %+v", d)
 	}
 	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: "c1", Tenant: "demo"}})

@@ -13,6 +13,7 @@ import (
 	"pbx/appliance/routing"
 	"pbx/appliance/tenant"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // grantCaller identifies the room service bridge's INVITE by its call
@@ -40,7 +41,7 @@ func (r *Dialplan) grantCaller(req *sip.Request, src netip.AddrPort, tok string)
 			r.onGrantFailure()
 		}
 		r.log.Info("call refused: bad call grant", "remote", src.String(), "to", req.Recipient.User, "err", err, logging.KindKey, "sip.call_refused")
-		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: b2bua.CauseRejected, Err: err}
+		return b2bua.Caller{}, false, &b2bua.Rejection{Status: sip.StatusForbidden, Cause: calls.CauseRejected, Err: err}
 	}
 	return b2bua.Caller{Kind: b2bua.KindMobile, Tenant: g.Tenant, Username: a.Username, Extension: a.Extension, DisplayName: a.DisplayName}, true, nil
 }

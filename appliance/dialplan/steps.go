@@ -65,7 +65,7 @@ func (s *Steps) transferred(ev b2bua.Event) {
 	}
 	for i := last; i < len(steps); i++ {
 		if steps[i].Result == "" {
-			steps[i].Result = t.Result
+			steps[i].Result = string(t.Result)
 		}
 	}
 	s.m[ev.Call.ID] = steps

@@ -12,6 +12,7 @@ import (
 	"pbx/appliance/guard"
 	"pbx/appliance/routing"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // TestTransferSteps: a transfer appends its step (kind, by, to) and its new
@@ -24,7 +25,7 @@ func TestTransferSteps(t *testing.T) {
 	tr := &b2bua.Transfer{Kind: b2bua.TransferBlind, By: "101", To: "102"}
 	s.AddTransfer(id, tr, []routing.Step{{Type: routing.StepDial}})
 	done := *tr
-	done.Result, done.SIPStatus = b2bua.CauseBusy, 486
+	done.Result, done.SIPStatus = calls.CauseBusy, 486
 	s.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: time.Now(), Call: b2bua.CallInfo{ID: id}, Transfer: &done})
 	got := s.Get(id)
 	if len(got) != 4 {
@@ -36,7 +37,7 @@ func TestTransferSteps(t *testing.T) {
 	if got[3].ID != "4" || got[3].Result != "busy" || got[1].Result != "" {
 		t.Fatalf("dial steps %+v and %+v: the transfer's outcome belongs to its own dial only", got[1], got[3])
 	}
-	att := &b2bua.Transfer{Kind: b2bua.TransferAttended, By: "100", To: "102", Result: b2bua.CauseAnswered}
+	att := &b2bua.Transfer{Kind: b2bua.TransferAttended, By: "100", To: "102", Result: calls.CauseAnswered}
 	s.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: time.Now(), Call: b2bua.CallInfo{ID: id}, Transfer: att})
 	got = s.Get(id)
 	if x := got[len(got)-1]; len(got) != 5 || x.Type != cdr.StepTransfer || x.Kind != "attended" || x.Result != "answered" {
@@ -75,7 +76,7 @@ func TestRouteTransfer(t *testing.T) {
 	if len(st) < first+2 || st[first].Type != "transfer" || st[first].By != "101" || st[first].To != "seq" || st[len(st)-1].Type != routing.StepRingGroup {
 		t.Fatalf("steps %+v", st)
 	}
-	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, Call: b2bua.CallInfo{ID: id}, Transfer: &b2bua.Transfer{Result: b2bua.CauseNoAnswer}})
+	r.limits.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, Call: b2bua.CallInfo{ID: id}, Transfer: &b2bua.Transfer{Result: calls.CauseNoAnswer}})
 
 	ext := sip.Uri{User: "0123456", Host: "demo.test"}
 	d = r.Route(context.Background(), &b2bua.Inbound{ID: id, Caller: alice, RequestURI: ext, To: ext,

@@ -8,6 +8,7 @@ import (
 
 	"pbx/appliance/routing"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // fakeMailboxes has mailboxes for the extensions it lists; its apps name
@@ -19,7 +20,7 @@ type vmApp struct {
 	caller            b2bua.Caller
 }
 
-func (vmApp) Run(context.Context, b2bua.Channel) string { return "" }
+func (vmApp) Run(context.Context, b2bua.Channel) calls.Cause { return "" }
 
 func (f fakeMailboxes) Mailbox(tn, ext string) bool { return f[tn+"/"+ext] }
 func (f fakeMailboxes) Deposit(tn, ext string) b2bua.App {
@@ -59,7 +60,7 @@ func dial(user string) *b2bua.Inbound {
 // does not.
 func TestDialFallsBackToVoicemail(t *testing.T) {
 	r := newVoicemailRouter(t, fakeMailboxes{"demo/101": true})
-	for _, cause := range []string{b2bua.CauseBusy, b2bua.CauseNoAnswer} {
+	for _, cause := range []calls.Cause{calls.CauseBusy, calls.CauseNoAnswer} {
 		in := dial("101")
 		d := routeOnce(t, r, in)
 		if d.Reject != nil || d.Target == nil || len(d.Target.Legs) == 0 || d.Target.Next == nil {
@@ -71,12 +72,12 @@ func TestDialFallsBackToVoicemail(t *testing.T) {
 			t.Fatalf("%s: next %+v", cause, next)
 		}
 		st := r.steps.Get(in.ID)
-		if len(st) != 2 || st[0].Type != routing.StepDial || st[0].Result != cause || st[1].Type != routing.StepVoicemail || st[1].ID != "2" {
+		if len(st) != 2 || st[0].Type != routing.StepDial || st[0].Result != string(cause) || st[1].Type != routing.StepVoicemail || st[1].ID != "2" {
 			t.Fatalf("%s: steps %+v", cause, st)
 		}
 	}
 	d := routeOnce(t, r, dial("101"))
-	if next := d.Target.Next(context.Background(), b2bua.Failure{Cause: b2bua.CauseCancelled, Status: 487}); next != nil {
+	if next := d.Target.Next(context.Background(), b2bua.Failure{Cause: calls.CauseCancelled, Status: 487}); next != nil {
 		t.Fatalf("a cancelled call went on to %+v", next)
 	}
 	// Without a mailbox, no next step.
@@ -100,7 +101,7 @@ func TestNoPhoneGoesStraightToVoicemail(t *testing.T) {
 		t.Fatalf("app %+v", app)
 	}
 	st := r.steps.Get(in.ID)
-	if len(st) != 2 || st[0].Result != b2bua.CauseFailed || st[0].Error != "no registered phone" || st[1].Type != routing.StepVoicemail {
+	if len(st) != 2 || st[0].Result != string(calls.CauseFailed) || st[0].Error != "no registered phone" || st[1].Type != routing.StepVoicemail {
 		t.Fatalf("steps %+v", st)
 	}
 	if d := routeOnce(t, r, dial("103")); d.Reject == nil || d.Reject.Status != 480 {
@@ -116,7 +117,7 @@ func TestVoicemailDestinationAndFeatureCodes(t *testing.T) {
 	trunkCall := &b2bua.Inbound{Caller: b2bua.Caller{Kind: b2bua.KindTrunk, Trunk: "pinned", Tenant: "demo"},
 		RequestURI: sip.Uri{User: "+15550101", Host: "127.0.0.1"}, To: sip.Uri{User: "+15550101", Host: "127.0.0.1"}}
 	d := routeOnce(t, r, trunkCall)
-	if d.Reject != nil || d.Target.App == nil || d.Target.App.(vmApp).ext != "101" || d.Target.Meta.Direction != routing.DirectionInbound {
+	if d.Reject != nil || d.Target.App == nil || d.Target.App.(vmApp).ext != "101" || d.Target.Meta.Direction != calls.DirectionInbound {
 		t.Fatalf("voicemail route: %+v", d)
 	}
 	d = routeOnce(t, r, dial("*97"))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/sipcore/calls"
 )
 
 // The benchmarks below measure the built pbx under load on loopback, driven by
@@ -917,22 +918,22 @@ func writeCallHistory(dataDir, tenant string, n int, end time.Time) error {
 		buf = buf[:0]
 		return err
 	}
-	directions := []cdr.Direction{cdr.Inbound, cdr.Outbound, cdr.Internal}
+	directions := []calls.Direction{calls.DirectionInbound, calls.DirectionOutbound, calls.DirectionInternal}
 	for i := range n {
 		start := end.Add(-span + time.Duration(int64(span)/int64(n)*int64(i)))
 		r := cdr.NewRecord(tenant, directions[rng.IntN(3)], start)
 		r.From = fmt.Sprintf("+1555%07d", rng.IntN(10_000_000))
 		r.To = fmt.Sprintf("+1666%07d", rng.IntN(10_000_000))
 		r.Extension = strconv.Itoa(100 + rng.IntN(50))
-		if r.Direction == cdr.Inbound {
+		if r.Direction == calls.DirectionInbound {
 			r.DID, r.Trunk = r.To, "carrier-a"
 		}
 		stop := r.Start.Add(time.Duration(rng.IntN(600_000)) * time.Millisecond)
 		if rng.IntN(4) != 0 {
 			r.SetAnswer(r.Start.Add(3*time.Second), r.Extension)
-			r.Finish(stop.Add(3*time.Second), cdr.CauseAnswered, 200, "")
+			r.Finish(stop.Add(3*time.Second), calls.CauseAnswered, 200, "")
 		} else {
-			r.Finish(stop, cdr.CauseNoAnswer, 487, "")
+			r.Finish(stop, calls.CauseNoAnswer, 487, "")
 		}
 		r.DurationMS = r.End.Sub(r.Start).Milliseconds()
 		path := store.RecordPath(tenant, r.ID, r.Start)

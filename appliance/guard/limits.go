@@ -11,6 +11,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/db"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // Release gives a reservation back when its call ends. Calling it again
@@ -360,7 +361,7 @@ func (l *Limiter) transferEnded(ev b2bua.Event) *hold {
 	}
 	p := h.pending
 	h.pending = nil
-	if ev.Transfer.Result != b2bua.CauseAnswered {
+	if ev.Transfer.Result != calls.CauseAnswered {
 		return p
 	}
 	if p.outbound {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // TestReserveTransfer: a transfer's new leg takes a place of its own next to
@@ -36,7 +37,7 @@ func TestReserveTransfer(t *testing.T) {
 		t.Fatalf("a third call while the transfer rings: %v, want ErrConcurrentCalls", err)
 	}
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: clk.Now(), Call: b2bua.CallInfo{ID: id},
-		Transfer: &b2bua.Transfer{Result: b2bua.CauseBusy, SIPStatus: 486}})
+		Transfer: &b2bua.Transfer{Result: calls.CauseBusy, SIPStatus: 486}})
 	if got := l.Usage("acme").Active; got != 1 {
 		t.Fatalf("active %d after a failed transfer, want 1", got)
 	}
@@ -47,7 +48,7 @@ func TestReserveTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventTransfer, At: clk.Now(), Call: b2bua.CallInfo{ID: id},
-		Transfer: &b2bua.Transfer{Result: b2bua.CauseAnswered, SIPStatus: 200}})
+		Transfer: &b2bua.Transfer{Result: calls.CauseAnswered, SIPStatus: 200}})
 	clk.Advance(30 * time.Second)
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: id, Answer: start, End: clk.Now()}})
 	u := l.Usage("acme")

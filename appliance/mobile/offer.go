@@ -10,6 +10,7 @@ import (
 
 	"pbx/appliance/config"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // OfferRequest is a call forking to an extension that may have devices.
@@ -58,7 +59,7 @@ type offer struct {
 	client            *Client
 	legs              int // mobile legs still ringing
 	won, done         bool
-	lastCause         string
+	lastCause         calls.Cause
 }
 
 // Offer makes the mobile offer of a call forking to an extension: when the
@@ -220,7 +221,7 @@ func (o *offer) step(ev b2bua.Event) string {
 		}
 		o.legs--
 		o.lastCause = ev.Leg.Cause
-		if o.legs > 0 || ev.Leg.Cause == b2bua.CauseCancelled {
+		if o.legs > 0 || ev.Leg.Cause == calls.CauseCancelled {
 			return "" // a cancel's reason shows on the answer or the end
 		}
 		o.done = true
@@ -228,19 +229,19 @@ func (o *offer) step(ev b2bua.Event) string {
 	default: // EventEnded
 		o.done = true
 		switch {
-		case ev.Call.Cause == b2bua.CauseCancelled:
+		case ev.Call.Cause == calls.CauseCancelled:
 			return OutcomeCallerCancelled
-		case !ev.Call.Answer.IsZero() || ev.Call.Cause == b2bua.CauseAnswered:
+		case !ev.Call.Answer.IsZero() || ev.Call.Cause == calls.CauseAnswered:
 			return OutcomeAnsweredElsewhere
-		case ev.Call.Cause == b2bua.CauseNoAnswer || o.lastCause == b2bua.CauseNoAnswer:
+		case ev.Call.Cause == calls.CauseNoAnswer || o.lastCause == calls.CauseNoAnswer:
 			return OutcomeNoAnswer
 		}
 		return OutcomeFailed
 	}
 }
 
-func legOutcome(cause string) string {
-	if cause == b2bua.CauseNoAnswer {
+func legOutcome(cause calls.Cause) string {
+	if cause == calls.CauseNoAnswer {
 		return OutcomeNoAnswer
 	}
 	return OutcomeFailed

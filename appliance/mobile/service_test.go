@@ -17,6 +17,7 @@ import (
 	"pbx/appliance/config"
 	"pbx/appliance/mobile/roomtest"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 const (
@@ -230,7 +231,7 @@ func TestOfferLegsAndOutcomes(t *testing.T) {
 
 	ended := time.Now()
 	s.CallEvent(b2bua.Event{Kind: b2bua.EventAnswered, Call: b2bua.CallInfo{ID: id}, Leg: &b2bua.LegInfo{Kind: b2bua.KindEndpoint}})
-	s.CallEvent(b2bua.Event{Kind: b2bua.EventLegEnded, Call: b2bua.CallInfo{ID: id}, Leg: &b2bua.LegInfo{Kind: b2bua.KindMobile, Cause: b2bua.CauseCancelled}})
+	s.CallEvent(b2bua.Event{Kind: b2bua.EventLegEnded, Call: b2bua.CallInfo{ID: id}, Leg: &b2bua.LegInfo{Kind: b2bua.KindMobile, Cause: calls.CauseCancelled}})
 	e := h.wait(t, EventEnded, 1)
 	if ed, _ := e[0].data.(EndedData); ed.Outcome != OutcomeAnsweredElsewhere || ed.Room != room || ed.Extension != "101" {
 		t.Fatalf("ended %+v", e[0].data)
@@ -239,7 +240,7 @@ func TestOfferLegsAndOutcomes(t *testing.T) {
 	if !ok || del.At.Sub(ended) < 200*time.Millisecond {
 		t.Fatalf("room deleted %v after the answer elsewhere (found %v), want the delay", del.At.Sub(ended), ok)
 	}
-	s.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: id, Cause: b2bua.CauseAnswered}})
+	s.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: b2bua.CallInfo{ID: id, Cause: calls.CauseAnswered}})
 	if n := len(h.wait(t, EventEnded, 1)); n != 1 || s.Pending() != 0 {
 		t.Fatalf("%d ended webhooks, %d offers pending", n, s.Pending())
 	}
@@ -247,17 +248,17 @@ func TestOfferLegsAndOutcomes(t *testing.T) {
 
 // TestOfferOutcomes: the outcome of every way an offer ends.
 func TestOfferOutcomes(t *testing.T) {
-	mob := func(cause string) *b2bua.LegInfo { return &b2bua.LegInfo{Kind: b2bua.KindMobile, Cause: cause} }
+	mob := func(cause calls.Cause) *b2bua.LegInfo { return &b2bua.LegInfo{Kind: b2bua.KindMobile, Cause: cause} }
 	cases := []struct {
 		name string
 		evs  []b2bua.Event
 		want string
 	}{
-		{"caller cancelled", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(b2bua.CauseCancelled)}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: b2bua.CauseCancelled}}}, OutcomeCallerCancelled},
-		{"no answer", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(b2bua.CauseNoAnswer)}}, OutcomeNoAnswer},
-		{"bridge refused", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(b2bua.CauseRejected)}}, OutcomeFailed},
-		{"ring timeout", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(b2bua.CauseCancelled)}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: b2bua.CauseNoAnswer}}}, OutcomeNoAnswer},
-		{"mobile won", []b2bua.Event{{Kind: b2bua.EventAnswered, Leg: mob("")}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: b2bua.CauseAnswered}}}, ""},
+		{"caller cancelled", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(calls.CauseCancelled)}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: calls.CauseCancelled}}}, OutcomeCallerCancelled},
+		{"no answer", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(calls.CauseNoAnswer)}}, OutcomeNoAnswer},
+		{"bridge refused", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(calls.CauseRejected)}}, OutcomeFailed},
+		{"ring timeout", []b2bua.Event{{Kind: b2bua.EventLegEnded, Leg: mob(calls.CauseCancelled)}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: calls.CauseNoAnswer}}}, OutcomeNoAnswer},
+		{"mobile won", []b2bua.Event{{Kind: b2bua.EventAnswered, Leg: mob("")}, {Kind: b2bua.EventEnded, Call: b2bua.CallInfo{Cause: calls.CauseAnswered}}}, ""},
 	}
 	for _, c := range cases {
 		o := &offer{legs: 1}

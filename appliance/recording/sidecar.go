@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pbx/rtpcore"
+	"pbx/sipcore/calls"
 )
 
 // Format says what the audio is (DESIGN 5.6).
@@ -38,23 +39,23 @@ func formatFor(pt uint8, rate int) Format {
 // call's; DurationMS is the audio's length. Its presence means the WAV is
 // whole.
 type Sidecar struct {
-	ID         string    `json:"id"`
-	Tenant     string    `json:"tenant"`
-	CallID     string    `json:"call_id"`
-	Direction  string    `json:"direction"`
-	From       string    `json:"from"`
-	To         string    `json:"to"`
-	DID        string    `json:"did"`
-	Trunk      string    `json:"trunk"`
-	AnsweredBy string    `json:"answered_by"`
-	Start      time.Time `json:"start"`
-	End        time.Time `json:"end"`
-	DurationMS int64     `json:"duration_ms"`
-	Format     Format    `json:"format"`
-	Bytes      int64     `json:"bytes"`
-	SHA256     string    `json:"sha256"`
-	CDR        string    `json:"cdr"` // always empty (the specification)
-	Incomplete bool      `json:"incomplete"`
+	ID         string          `json:"id"`
+	Tenant     string          `json:"tenant"`
+	CallID     string          `json:"call_id"`
+	Direction  calls.Direction `json:"direction"`
+	From       string          `json:"from"`
+	To         string          `json:"to"`
+	DID        string          `json:"did"`
+	Trunk      string          `json:"trunk"`
+	AnsweredBy string          `json:"answered_by"`
+	Start      time.Time       `json:"start"`
+	End        time.Time       `json:"end"`
+	DurationMS int64           `json:"duration_ms"`
+	Format     Format          `json:"format"`
+	Bytes      int64           `json:"bytes"`
+	SHA256     string          `json:"sha256"`
+	CDR        string          `json:"cdr"` // always empty (the specification)
+	Incomplete bool            `json:"incomplete"`
 }
 
 // Extensions of the two files of a recording.

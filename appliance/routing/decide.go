@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"pbx/appliance/config"
+	"pbx/sipcore/calls"
 )
 
 // SIP statuses routing answers with.
@@ -50,7 +51,7 @@ func candidates(numbers []string) []string {
 
 // Inbound routes a call that arrived on trunk c.Trunk.
 func (t *Table) Inbound(c InboundCall) Result {
-	res := Result{Direction: DirectionInbound}
+	res := Result{Direction: calls.DirectionInbound}
 	nums := candidates(c.Numbers)
 	if len(nums) > 0 {
 		res.DID = nums[0]
@@ -69,7 +70,7 @@ func (t *Table) Inbound(c InboundCall) Result {
 	if ov != nil {
 		ti := t.tenants[ov.Tenant]
 		if ti == nil {
-			res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("override %s names unknown tenant %q", ov.Name, ov.Tenant))
+			res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("override %s names unknown tenant %q", ov.Name, ov.Tenant))
 			return res
 		}
 		res.Tenant, res.Domain = ti.name, ti.domain
@@ -81,7 +82,7 @@ func (t *Table) Inbound(c InboundCall) Result {
 			case config.DestRingGroup:
 				t.deliverRingGroup(&res, ti, d.Target)
 			default:
-				res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("override %s: invalid destination type %s (an override delivers only extension and ring_group)", ov.Name, d.Type))
+				res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("override %s: invalid destination type %s (an override delivers only extension and ring_group)", ov.Name, d.Type))
 			}
 			return res
 		}
@@ -93,7 +94,7 @@ func (t *Table) Inbound(c InboundCall) Result {
 	if tr := t.trunks[c.Trunk]; tr != nil && tr.Tenant != "" {
 		ti := t.tenants[tr.Tenant]
 		if ti == nil {
-			res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("trunk %s is pinned to unknown tenant %q", tr.Name, tr.Tenant))
+			res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("trunk %s is pinned to unknown tenant %q", tr.Name, tr.Tenant))
 			return res
 		}
 		res.Tenant, res.Domain = ti.name, ti.domain
@@ -107,7 +108,7 @@ func (t *Table) Inbound(c InboundCall) Result {
 			return res
 		}
 	}
-	res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("no tenant routes number %q", res.DID))
+	res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("no tenant routes number %q", res.DID))
 	return res
 }
 
@@ -127,7 +128,7 @@ func (t *Table) tenantRoutes(res *Result, ti *tenantInfo, nums []string) {
 		}
 	}
 	if route == nil {
-		res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("tenant %s has no inbound route for %q", ti.name, res.DID))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("tenant %s has no inbound route for %q", ti.name, res.DID))
 		return
 	}
 	d := route.Destination
@@ -145,7 +146,7 @@ func (t *Table) deliver(res *Result, ti *tenantInfo, d config.Destination) {
 	case config.DestRingGroup:
 		t.deliverRingGroup(res, ti, d.Target)
 	case config.DestHangup:
-		res.reject(statusDecline, CauseRejected, StepHangup, "hangup destination")
+		res.reject(statusDecline, calls.CauseRejected, StepHangup, "hangup destination")
 	case config.DestExternal:
 		dir := res.Direction
 		out := t.outbound(ti, nil, d.Target)
@@ -165,13 +166,13 @@ func (t *Table) deliver(res *Result, ti *tenantInfo, d config.Destination) {
 		res.Tenant, res.Domain = ti.name, ti.domain
 		res.step(StepVoicemail, "")
 	default: // queue, ivr
-		res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("destination type %s is not available", d.Type))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("destination type %s is not available", d.Type))
 	}
 }
 
 func (t *Table) deliverExtension(res *Result, ti *tenantInfo, ext string) {
 	if _, ok := ti.extensions[ext]; !ok {
-		res.reject(statusNotFound, CauseNoRoute, StepDial, fmt.Sprintf("tenant %s has no extension %q", ti.name, ext))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepDial, fmt.Sprintf("tenant %s has no extension %q", ti.name, ext))
 		return
 	}
 	res.Kind, res.Extension = KindExtension, ext
@@ -182,7 +183,7 @@ func (t *Table) deliverExtension(res *Result, ti *tenantInfo, ext string) {
 func (t *Table) deliverRingGroup(res *Result, ti *tenantInfo, name string) {
 	g, ok := ti.ringGroups[name]
 	if !ok {
-		res.reject(statusNotFound, CauseNoRoute, StepRingGroup, fmt.Sprintf("tenant %s has no ring group %q", ti.name, name))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepRingGroup, fmt.Sprintf("tenant %s has no ring group %q", ti.name, name))
 		return
 	}
 	res.Kind, res.RingGroup = KindRingGroup, g
@@ -193,10 +194,10 @@ func (t *Table) deliverRingGroup(res *Result, ti *tenantInfo, name string) {
 // FromAccount routes a call placed by account username of tenant to
 // user@host (the Request-URI).
 func (t *Table) FromAccount(tenant, username, user, host string) Result {
-	res := Result{Direction: DirectionInternal, Tenant: tenant}
+	res := Result{Direction: calls.DirectionInternal, Tenant: tenant}
 	ti := t.tenants[tenant]
 	if ti == nil {
-		res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("caller of unknown tenant %q", tenant))
+		res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("caller of unknown tenant %q", tenant))
 		return res
 	}
 	res.Domain = ti.domain
@@ -204,7 +205,7 @@ func (t *Table) FromAccount(tenant, username, user, host string) Result {
 		if other := t.byDomain[strings.ToLower(host)]; other != nil && other != ti {
 			res.step(StepRoute, fmt.Sprintf("tenant %s: %s", other.name, user))
 			if !ti.interTenant || !other.interTenant {
-				res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("calls from tenant %s to tenant %s are not allowed", ti.name, other.name))
+				res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("calls from tenant %s to tenant %s are not allowed", ti.name, other.name))
 				return res
 			}
 			t.inside(&res, other, user)
@@ -237,7 +238,7 @@ func (t *Table) FromAccount(tenant, username, user, host string) Result {
 		if owner != ti {
 			res.step(StepRoute, fmt.Sprintf("tenant %s: did %s", owner.name, n))
 			if !ti.interTenant || !owner.interTenant {
-				res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("calls from tenant %s to tenant %s are not allowed", ti.name, owner.name))
+				res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("calls from tenant %s to tenant %s are not allowed", ti.name, owner.name))
 				return res
 			}
 		}
@@ -265,24 +266,24 @@ func (t *Table) inside(res *Result, ti *tenantInfo, user string) {
 			return
 		}
 	}
-	res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("tenant %s has no extension, ring group or number %q", ti.name, user))
+	res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("tenant %s has no extension, ring group or number %q", ti.name, user))
 }
 
 // Outbound routes number for account username of tenant to a trunk.
 func (t *Table) Outbound(tenant, username, number string) Result {
 	ti := t.tenants[tenant]
 	if ti == nil {
-		res := Result{Direction: DirectionOutbound, Tenant: tenant}
-		res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("caller of unknown tenant %q", tenant))
+		res := Result{Direction: calls.DirectionOutbound, Tenant: tenant}
+		res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("caller of unknown tenant %q", tenant))
 		return res
 	}
 	return t.outbound(ti, ti.accounts[username], number)
 }
 
 func (t *Table) outbound(ti *tenantInfo, acct *config.Account, number string) Result {
-	res := Result{Direction: DirectionOutbound, Tenant: ti.name, Domain: ti.domain}
+	res := Result{Direction: calls.DirectionOutbound, Tenant: ti.name, Domain: ti.domain}
 	if p, ok := blockedBy(ti.blocked, number); ok {
-		res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("number %s matches blocked prefix %s", number, p))
+		res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("number %s matches blocked prefix %s", number, p))
 		return res
 	}
 	var trunkName, out, how string
@@ -293,17 +294,17 @@ func (t *Table) outbound(ti *tenantInfo, acct *config.Account, number string) Re
 	} else if t.defaultTrunk != "" {
 		trunkName, out, how = t.defaultTrunk, number, "default trunk"
 	} else {
-		res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("no outbound route for %s", number))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("no outbound route for %s", number))
 		return res
 	}
 	tr := t.trunks[trunkName]
 	if tr == nil {
-		res.reject(statusNotFound, CauseNoRoute, StepRoute, fmt.Sprintf("%s names unknown trunk %q", how, trunkName))
+		res.reject(statusNotFound, calls.CauseNoRoute, StepRoute, fmt.Sprintf("%s names unknown trunk %q", how, trunkName))
 		return res
 	}
 	if out != number {
 		if p, ok := blockedBy(ti.blocked, out); ok {
-			res.reject(statusForbidden, CauseRejected, StepRoute, fmt.Sprintf("number %s (sent as %s) matches blocked prefix %s", number, out, p))
+			res.reject(statusForbidden, calls.CauseRejected, StepRoute, fmt.Sprintf("number %s (sent as %s) matches blocked prefix %s", number, out, p))
 			return res
 		}
 	}

@@ -1,6 +1,9 @@
 package routing
 
-import "pbx/appliance/config"
+import (
+	"pbx/appliance/config"
+	"pbx/sipcore/calls"
+)
 
 // Kind says what a Result delivers.
 type Kind string
@@ -17,19 +20,6 @@ const (
 	// caller's own, dialled with featureCodes.voicemail), or the one the
 	// caller names when Extension is empty (featureCodes.voicemailOther).
 	KindVoicemailCheck Kind = "voicemail_check"
-)
-
-// Directions of a call, as on the call record.
-const (
-	DirectionInbound  = "inbound"
-	DirectionOutbound = "outbound"
-	DirectionInternal = "internal"
-)
-
-// Causes of a rejected call, as on the call record.
-const (
-	CauseNoRoute  = "no_route"
-	CauseRejected = "rejected"
 )
 
 // Step types written to a call record's steps[].
@@ -49,7 +39,7 @@ const (
 // Result is a routing decision.
 type Result struct {
 	Kind      Kind
-	Direction string
+	Direction calls.Direction
 	// Tenant handles the call: the callee's tenant for inbound and
 	// inter-tenant calls, the caller's for outbound ones. Empty when no
 	// tenant could be told (an unknown number on a shared trunk).
@@ -65,9 +55,9 @@ type Result struct {
 	Number   string          // KindTrunk: the number sent, after strip and prepend
 	CallerID config.CallerID // KindTrunk: the identity presented on an outbound call
 
-	Status int    // KindReject: 4xx-6xx
-	Cause  string // KindReject: CauseNoRoute, CauseRejected
-	Reason string // KindReject: for the log and the call record
+	Status int         // KindReject: 4xx-6xx
+	Cause  calls.Cause // KindReject: calls.CauseNoRoute, calls.CauseRejected
+	Reason string      // KindReject: for the log and the call record
 
 	// Record is the matched InboundRoute's `record` (the recording
 	// policy's first level); nil when it says nothing.
@@ -92,7 +82,7 @@ func (r *Result) step(typ, result string) {
 	r.Steps = append(r.Steps, Step{Type: typ, Result: result})
 }
 
-func (r *Result) reject(status int, cause, typ, reason string) {
+func (r *Result) reject(status int, cause calls.Cause, typ, reason string) {
 	r.Kind, r.Status, r.Cause, r.Reason = KindReject, status, cause, reason
-	r.Steps = append(r.Steps, Step{Type: typ, Result: cause, Error: reason})
+	r.Steps = append(r.Steps, Step{Type: typ, Result: string(cause), Error: reason})
 }

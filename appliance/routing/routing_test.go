@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"pbx/appliance/config"
+	"pbx/sipcore/calls"
 )
 
 func meta(kind, name, tenant string) config.Meta {
@@ -139,7 +140,7 @@ func TestInboundOverrides(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tb.Inbound(InboundCall{Trunk: tt.trunk, Numbers: tt.numbers})
 			check(t, r, tt.kind, tt.tenant, tt.target, tt.status, tt.reason)
-			if r.Direction != DirectionInbound {
+			if r.Direction != calls.DirectionInbound {
 				t.Errorf("direction %q", r.Direction)
 			}
 		})
@@ -216,7 +217,7 @@ func TestInboundRoutes(t *testing.T) {
 			if r.DID != tt.did {
 				t.Errorf("did %q, want %q", r.DID, tt.did)
 			}
-			if r.Direction != DirectionInbound {
+			if r.Direction != calls.DirectionInbound {
 				t.Errorf("direction %q", r.Direction)
 			}
 			if r.Kind == KindReject && r.Cause == "" {
@@ -259,7 +260,7 @@ func TestOutbound(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := tb.Outbound(tt.tenant, tt.user, tt.number)
 			check(t, r, tt.kind, tt.tenant, tt.target, tt.status, tt.reason)
-			if r.Direction != DirectionOutbound {
+			if r.Direction != calls.DirectionOutbound {
 				t.Errorf("direction %q", r.Direction)
 			}
 			if r.Kind == KindTrunk {
@@ -270,7 +271,7 @@ func TestOutbound(t *testing.T) {
 					t.Errorf("steps %+v, want %q", r.Steps, tt.steps)
 				}
 			}
-			if r.Kind == KindReject && r.Cause != CauseRejected {
+			if r.Kind == KindReject && r.Cause != calls.CauseRejected {
 				t.Errorf("cause %q", r.Cause)
 			}
 		})
@@ -280,7 +281,7 @@ func TestOutbound(t *testing.T) {
 		c.System.DefaultTrunk = ""
 		r := New(c).Outbound("beta", "zed", "12345")
 		check(t, r, KindReject, "beta", "", 404, "no outbound route for 12345")
-		if r.Cause != CauseNoRoute {
+		if r.Cause != calls.CauseNoRoute {
 			t.Errorf("cause %q", r.Cause)
 		}
 	})
@@ -297,26 +298,26 @@ func TestFromAccount(t *testing.T) {
 		target     string
 		status     int
 		reason     string
-		direction  string
+		direction  calls.Direction
 	}{
-		{"own extension", true, "acme", "101", "acme.test", KindExtension, "acme", "101", 0, "", DirectionInternal},
-		{"own extension, host is an address", true, "acme", "101", "127.0.0.1", KindExtension, "acme", "101", 0, "", DirectionInternal},
-		{"own ring group", true, "acme", "sales", "", KindRingGroup, "acme", "sales", 0, "", DirectionInternal},
-		{"own did", true, "acme", "+15550101", "", KindRingGroup, "acme", "sales", 0, "", DirectionInternal},
-		{"extension@domain of another tenant", true, "acme", "200", "beta.test", KindExtension, "beta", "200", 0, "", DirectionInternal},
-		{"did of another tenant", true, "acme", "+15550200", "acme.test", KindExtension, "beta", "200", 0, "", DirectionInternal},
-		{"did of another tenant without plus", true, "acme", "15550200", "acme.test", KindExtension, "beta", "200", 0, "", DirectionInternal},
-		{"callee tenant closed", true, "acme", "300", "closed.test", KindReject, "acme", "", 403, "to tenant closed are not allowed", DirectionInternal},
-		{"caller tenant closed", true, "closed", "200", "beta.test", KindReject, "closed", "", 403, "from tenant closed to tenant beta", DirectionInternal},
-		{"closed tenant's did", true, "acme", "+15550300", "", KindReject, "acme", "", 403, "not allowed", DirectionInternal},
-		{"system ceiling off", false, "acme", "200", "beta.test", KindReject, "acme", "", 403, "not allowed", DirectionInternal},
-		{"system ceiling off, did", false, "acme", "+15550200", "", KindReject, "acme", "", 403, "not allowed", DirectionInternal},
-		{"unknown in other tenant", true, "acme", "999", "beta.test", KindReject, "acme", "", 404, "tenant beta has no extension", DirectionInternal},
-		{"anything else is outbound", true, "acme", "0044207", "acme.test", KindTrunk, "acme", "intl +44207", 0, "", DirectionOutbound},
-		{"unknown tenant", true, "nobody", "100", "", KindReject, "nobody", "", 403, "unknown tenant", DirectionInternal},
-		{"own mailbox code", true, "acme", "*97", "acme.test", KindVoicemailCheck, "acme", "100", 0, "", DirectionInternal},
-		{"other mailbox code asks", true, "acme", "*98", "", KindVoicemailCheck, "acme", "", 0, "", DirectionInternal},
-		{"a tenant's code is its own", true, "beta", "*97", "", KindTrunk, "beta", "fallback *97", 0, "", DirectionOutbound},
+		{"own extension", true, "acme", "101", "acme.test", KindExtension, "acme", "101", 0, "", calls.DirectionInternal},
+		{"own extension, host is an address", true, "acme", "101", "127.0.0.1", KindExtension, "acme", "101", 0, "", calls.DirectionInternal},
+		{"own ring group", true, "acme", "sales", "", KindRingGroup, "acme", "sales", 0, "", calls.DirectionInternal},
+		{"own did", true, "acme", "+15550101", "", KindRingGroup, "acme", "sales", 0, "", calls.DirectionInternal},
+		{"extension@domain of another tenant", true, "acme", "200", "beta.test", KindExtension, "beta", "200", 0, "", calls.DirectionInternal},
+		{"did of another tenant", true, "acme", "+15550200", "acme.test", KindExtension, "beta", "200", 0, "", calls.DirectionInternal},
+		{"did of another tenant without plus", true, "acme", "15550200", "acme.test", KindExtension, "beta", "200", 0, "", calls.DirectionInternal},
+		{"callee tenant closed", true, "acme", "300", "closed.test", KindReject, "acme", "", 403, "to tenant closed are not allowed", calls.DirectionInternal},
+		{"caller tenant closed", true, "closed", "200", "beta.test", KindReject, "closed", "", 403, "from tenant closed to tenant beta", calls.DirectionInternal},
+		{"closed tenant's did", true, "acme", "+15550300", "", KindReject, "acme", "", 403, "not allowed", calls.DirectionInternal},
+		{"system ceiling off", false, "acme", "200", "beta.test", KindReject, "acme", "", 403, "not allowed", calls.DirectionInternal},
+		{"system ceiling off, did", false, "acme", "+15550200", "", KindReject, "acme", "", 403, "not allowed", calls.DirectionInternal},
+		{"unknown in other tenant", true, "acme", "999", "beta.test", KindReject, "acme", "", 404, "tenant beta has no extension", calls.DirectionInternal},
+		{"anything else is outbound", true, "acme", "0044207", "acme.test", KindTrunk, "acme", "intl +44207", 0, "", calls.DirectionOutbound},
+		{"unknown tenant", true, "nobody", "100", "", KindReject, "nobody", "", 403, "unknown tenant", calls.DirectionInternal},
+		{"own mailbox code", true, "acme", "*97", "acme.test", KindVoicemailCheck, "acme", "100", 0, "", calls.DirectionInternal},
+		{"other mailbox code asks", true, "acme", "*98", "", KindVoicemailCheck, "acme", "", 0, "", calls.DirectionInternal},
+		{"a tenant's code is its own", true, "beta", "*97", "", KindTrunk, "beta", "fallback *97", 0, "", calls.DirectionOutbound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"pbx/appliance/config"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // NewDeposit returns the application that takes a message for box of
@@ -16,7 +17,7 @@ import (
 // trimmed; a message shorter than minMessage leaves no file. The message id
 // is the call's id.
 func NewDeposit(set *Settings, tenant string, box config.Mailbox) b2bua.App {
-	return b2bua.AppFunc(func(ctx context.Context, ch b2bua.Channel) string {
+	return b2bua.AppFunc(func(ctx context.Context, ch b2bua.Channel) calls.Cause {
 		d := deposit{set: set, tenant: tenant, box: box, sp: speaker{ch: ch, prompts: set.Prompts}}
 		if err := d.run(ctx, ch); err != nil && err != errHangup {
 			set.log().Error("voicemail deposit", "tenant", tenant, "extension", box.Extension, "call", ch.Call().ID, "err", err)

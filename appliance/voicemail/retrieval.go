@@ -7,6 +7,7 @@ import (
 
 	"pbx/appliance/config"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 )
 
 // NewRetrieval returns the application that lets a caller of tenant hear
@@ -22,7 +23,7 @@ func NewRetrieval(set *Settings, tenant string, boxes []config.Mailbox, extensio
 	for _, b := range boxes {
 		byExt[b.Extension] = b
 	}
-	return b2bua.AppFunc(func(ctx context.Context, ch b2bua.Channel) string {
+	return b2bua.AppFunc(func(ctx context.Context, ch b2bua.Channel) calls.Cause {
 		ch.HideDigits()
 		r := &retrieval{set: set, tenant: tenant, boxes: byExt, ext: extension, call: ch.Call(), sp: speaker{ch: ch, prompts: set.Prompts}}
 		if err := r.run(ctx); err != nil && err != errHangup {

@@ -12,6 +12,7 @@ import (
 
 	"pbx/appliance/cdr"
 	"pbx/appliance/datadir"
+	"pbx/sipcore/calls"
 )
 
 // seedRecords commits n calls for tenant acme, one a day back from
@@ -27,9 +28,9 @@ func seedRecords(t *testing.T, n int) (string, *cdr.Store, []string) {
 	var idx []string
 	for i := range n {
 		start := time.Date(2026, 11, 21-i, 12, 0, 0, 0, time.Local)
-		r := cdr.NewRecord("acme", cdr.Inbound, start)
+		r := cdr.NewRecord("acme", calls.DirectionInbound, start)
 		r.From, r.To = "+15551230001", "+15559870002"
-		r.Finish(start.Add(time.Minute), cdr.CauseNoAnswer, 487, "")
+		r.Finish(start.Add(time.Minute), calls.CauseNoAnswer, 487, "")
 		if err := s.Commit(r); err != nil {
 			t.Fatal(err)
 		}

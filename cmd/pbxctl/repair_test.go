@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/sipcore/calls"
 )
 
 func TestRepairCommand(t *testing.T) {
 	dir, s, idx := seedRecords(t, 2)
 	// A call killed while answered, and a torn index line.
 	start := time.Date(2026, 11, 21, 13, 0, 0, 0, time.Local)
-	r := cdr.NewRecord("acme", cdr.Outbound, start)
+	r := cdr.NewRecord("acme", calls.DirectionOutbound, start)
 	r.SetAnswer(start.Add(5*time.Second), "")
 	if err := s.Answered(r); err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestRepairCommand(t *testing.T) {
 		t.Fatalf("output:\n%s", out)
 	}
 	rec, err := s.Get(context.Background(), "acme", r.ID)
-	if err != nil || !rec.Incomplete || rec.Cause != cdr.CauseIncomplete {
+	if err != nil || !rec.Incomplete || rec.Cause != calls.CauseIncomplete {
 		t.Fatalf("promoted record: %+v %v", rec, err)
 	}
 	if after, _ := os.ReadFile(idx[1]); string(after) != string(data) {

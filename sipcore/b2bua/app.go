@@ -3,6 +3,8 @@ package b2bua
 import (
 	"context"
 	"errors"
+
+	"pbx/sipcore/calls"
 )
 
 // A local application is a call the PBX answers itself: voicemail deposit
@@ -21,14 +23,14 @@ type App interface {
 	// caller hangs up (ctx is cancelled, Channel.Done is closed). Cause is
 	// the call record's cause for a call that Run ended itself (empty:
 	// answered).
-	Run(ctx context.Context, ch Channel) (cause string)
+	Run(ctx context.Context, ch Channel) (cause calls.Cause)
 }
 
 // AppFunc adapts a function to App.
-type AppFunc func(ctx context.Context, ch Channel) string
+type AppFunc func(ctx context.Context, ch Channel) calls.Cause
 
 // Run calls f.
-func (f AppFunc) Run(ctx context.Context, ch Channel) string { return f(ctx, ch) }
+func (f AppFunc) Run(ctx context.Context, ch Channel) calls.Cause { return f(ctx, ch) }
 
 // Channel is a local application's view of its call: 8 kHz mono 16-bit
 // linear PCM in and out (G.711 coded and decoded by the Manager), and the
@@ -59,6 +61,6 @@ type Channel interface {
 
 // Failure says why a Target's legs did not answer, for Target.Next.
 type Failure struct {
-	Cause  string // CauseBusy, CauseNoAnswer, CauseFailed (no leg, every leg unreachable), ...
-	Status int    // the SIP status the caller would have got
+	Cause  calls.Cause // calls.CauseBusy, calls.CauseNoAnswer, calls.CauseFailed (no leg, every leg unreachable), ...
+	Status int         // the SIP status the caller would have got
 }

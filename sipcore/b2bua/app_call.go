@@ -11,6 +11,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
+	"pbx/sipcore/calls"
 )
 
 const (
@@ -67,17 +68,17 @@ func (c *Call) runApp(target *Target) {
 		var err error
 		body, codecs, err = c.callerOrig.Answer(c.callerSDP, c.mediaAddr, c.callerLeg.Port(), g711(c.negotiated()), "")
 		if err != nil {
-			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+			c.fail(sip.StatusNotAcceptableHere, calls.CauseFailed, "no common codec")
 			return
 		}
 	}
 	if len(codecs) == 0 {
-		c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+		c.fail(sip.StatusNotAcceptableHere, calls.CauseFailed, "no common codec")
 		return
 	}
 	now := time.Now()
 	a := &appRun{digits: make(chan rune, appDigits)}
-	a.leg = &outLeg{call: c, info: LegInfo{Target: name, Kind: KindLocal, Start: now, Answer: now, SIPStatus: sip.StatusOK, Won: true, Cause: CauseAnswered}}
+	a.leg = &outLeg{call: c, info: LegInfo{Target: name, Kind: KindLocal, Start: now, Answer: now, SIPStatus: sip.StatusOK, Won: true, Cause: calls.CauseAnswered}}
 	c.mu.Lock()
 	c.legs = append(c.legs, a.leg)
 	c.codecs = codecs
@@ -99,12 +100,12 @@ func (c *Call) runApp(target *Target) {
 			reason = "caller hung up"
 		}
 		c.mu.Unlock()
-		c.endApp(a, CauseAnswered, reason)
+		c.endApp(a, calls.CauseAnswered, reason)
 		return
 	}
 	if c.lateOffer && !c.takeAckAnswer(ackCh, codecs) {
 		c.hangupCaller()
-		c.endApp(a, CauseFailed, "no acceptable sdp answer in ack")
+		c.endApp(a, calls.CauseFailed, "no acceptable sdp answer in ack")
 		return
 	}
 	if c.m.opts.MediaTimeout > 0 {
@@ -123,11 +124,11 @@ func (c *Call) driveApp(app App, a *appRun) {
 	defer cancel()
 	ch := newAppChannel(c, a, c.negotiated()[0].PayloadType)
 	ch.startPacer(ctx)
-	ret := make(chan string, 1)
+	ret := make(chan calls.Cause, 1)
 	c.m.wg.Add(1)
 	go func() {
 		defer c.m.wg.Done()
-		cause := CauseError
+		cause := calls.CauseError
 		defer func() {
 			if r := recover(); r != nil {
 				c.log.Error("local application panicked", "panic", fmt.Sprint(r))
@@ -136,10 +137,10 @@ func (c *Call) driveApp(app App, a *appRun) {
 		}()
 		cause = app.Run(ctx, ch)
 		if cause == "" {
-			cause = CauseAnswered
+			cause = calls.CauseAnswered
 		}
 	}()
-	cause, reason, returned := CauseAnswered, "", false
+	cause, reason, returned := calls.CauseAnswered, "", false
 	select {
 	case reason = <-c.endCh:
 	case <-c.caller.Context().Done():
@@ -158,7 +159,7 @@ func (c *Call) driveApp(app App, a *appRun) {
 		c.hangupCaller()
 	}
 	if !returned {
-		cause = CauseAnswered
+		cause = calls.CauseAnswered
 	}
 	c.endApp(a, cause, reason)
 	if !returned {
@@ -174,7 +175,7 @@ func (c *Call) driveApp(app App, a *appRun) {
 
 // endApp ends an application's call: its leg's end, the call's outcome
 // and the leg's event (the ended event follows from emitEnded).
-func (c *Call) endApp(a *appRun, cause, reason string) {
+func (c *Call) endApp(a *appRun, cause calls.Cause, reason string) {
 	c.mu.Lock()
 	if a.leg.info.End.IsZero() {
 		a.leg.info.End = time.Now()
@@ -182,7 +183,7 @@ func (c *Call) endApp(a *appRun, cause, reason string) {
 	li := a.leg.info
 	c.mu.Unlock()
 	status := sip.StatusOK
-	if cause == CauseFailed {
+	if cause == calls.CauseFailed {
 		status = sip.StatusNotAcceptableHere
 	}
 	c.finish(cause, status, reason)

@@ -14,6 +14,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/siptest"
 )
@@ -26,7 +27,7 @@ const appExt = "500"
 // its context ends.
 type testApp struct {
 	started   chan appStart
-	ret       chan string
+	ret       chan calls.Cause
 	cancelled chan struct{}
 }
 
@@ -36,10 +37,10 @@ type appStart struct {
 }
 
 func newTestApp() *testApp {
-	return &testApp{started: make(chan appStart, 1), ret: make(chan string, 1), cancelled: make(chan struct{})}
+	return &testApp{started: make(chan appStart, 1), ret: make(chan calls.Cause, 1), cancelled: make(chan struct{})}
 }
 
-func (a *testApp) Run(ctx context.Context, ch b2bua.Channel) string {
+func (a *testApp) Run(ctx context.Context, ch b2bua.Channel) calls.Cause {
 	a.started <- appStart{ctx, ch}
 	select {
 	case cause := <-a.ret:
@@ -71,7 +72,7 @@ func appRouter(app b2bua.App, next func(ctx context.Context, f b2bua.Failure) *b
 func appRouterRing(app b2bua.App, next func(ctx context.Context, f b2bua.Failure) *b2bua.Target, ring time.Duration) func(*b2bua.Inbound, *registrar.Registrar, *sipcore.Server) b2bua.Decision {
 	return func(in *b2bua.Inbound, reg *registrar.Registrar, srv *sipcore.Server) b2bua.Decision {
 		ext := in.RequestURI.User
-		meta := b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain}
+		meta := b2bua.Meta{Tenant: in.Caller.Tenant, Direction: calls.DirectionInternal, Extension: ext, Domain: domain}
 		if ext == appExt {
 			return b2bua.Decision{Target: &b2bua.Target{App: app, Name: "test-app", Meta: meta}}
 		}
@@ -262,7 +263,7 @@ func TestAppPlaysReadsDigitsAndEndsOnBye(t *testing.T) {
 		t.Fatalf("play after hang-up: %v, want ErrHungUp", err)
 	}
 	ev := e.rec.ended(t)
-	if ev.Call.Cause != b2bua.CauseAnswered || ev.Call.Reason != "caller hung up" {
+	if ev.Call.Cause != calls.CauseAnswered || ev.Call.Reason != "caller hung up" {
 		t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
 	}
 	var digits string
@@ -392,13 +393,13 @@ func TestAppReturnHangsUpLateOffer(t *testing.T) {
 	}
 	ch := app.wait(t).ch
 	play(t, ch, call.Media(), rtpcore.PayloadPCMA, pattern(480, 4)) // first of the PBX's codecs in the ACK's answer
-	app.ret <- b2bua.CauseNoAnswer
+	app.ret <- calls.CauseNoAnswer
 	waitCh(t, call.Ended(), "BYE from the application")
 	if !call.RemoteHangup() {
 		t.Fatal("the PBX did not hang up")
 	}
 	ev := e.rec.ended(t)
-	if ev.Call.Cause != b2bua.CauseNoAnswer || ev.Call.Reason != "application hung up" {
+	if ev.Call.Cause != calls.CauseNoAnswer || ev.Call.Reason != "application hung up" {
 		t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
 	}
 }
@@ -431,23 +432,23 @@ func TestNextAfterBusyAnswersWithApp(t *testing.T) {
 	ev := e.rec.ended(t)
 	mu.Lock()
 	defer mu.Unlock()
-	if len(got) != 1 || got[0].Cause != b2bua.CauseBusy || got[0].Status != 486 {
+	if len(got) != 1 || got[0].Cause != calls.CauseBusy || got[0].Status != 486 {
 		t.Fatalf("next called with %+v", got)
 	}
 	legs := ev.Call.Legs
-	if len(legs) != 2 || legs[0].Cause != b2bua.CauseBusy || legs[0].Won || legs[1].Kind != b2bua.KindLocal || legs[1].Target != "voicemail" || !legs[1].Won {
+	if len(legs) != 2 || legs[0].Cause != calls.CauseBusy || legs[0].Won || legs[1].Kind != b2bua.KindLocal || legs[1].Target != "voicemail" || !legs[1].Won {
 		t.Fatalf("legs %+v", legs)
 	}
-	if ev.Call.Cause != b2bua.CauseAnswered || ev.Call.Extension != "102" {
+	if ev.Call.Cause != calls.CauseAnswered || ev.Call.Extension != "102" {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
 
 // A Next returning nil leaves the caller with the dial's failure.
 func TestNextNilGivesFailure(t *testing.T) {
-	var calls atomic.Int32
+	var nexts atomic.Int32
 	next := func(ctx context.Context, f b2bua.Failure) *b2bua.Target {
-		calls.Add(1)
+		nexts.Add(1)
 		return nil
 	}
 	e := newEnv(t, envOpts{route: appRouter(nil, next)})
@@ -458,10 +459,10 @@ func TestNextNilGivesFailure(t *testing.T) {
 	if s := final(t, call); s != 486 {
 		t.Fatalf("final %d, want 486", s)
 	}
-	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseBusy || ev.Call.SIPStatus != 486 {
+	if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseBusy || ev.Call.SIPStatus != 486 {
 		t.Fatalf("ended %s %d", ev.Call.Cause, ev.Call.SIPStatus)
 	}
-	if n := calls.Load(); n != 1 {
+	if n := nexts.Load(); n != 1 {
 		t.Fatalf("next called %d times", n)
 	}
 }
@@ -485,16 +486,16 @@ func TestNextDialsAgain(t *testing.T) {
 	}
 	waitCh(t, in.Ended(), "carol BYE")
 	ev := e.rec.ended(t)
-	if legs := ev.Call.Legs; len(legs) != 2 || legs[0].Cause != b2bua.CauseBusy || legs[1].Target != "103" || !legs[1].Won {
+	if legs := ev.Call.Legs; len(legs) != 2 || legs[0].Cause != calls.CauseBusy || legs[1].Target != "103" || !legs[1].Won {
 		t.Fatalf("legs %+v", legs)
 	}
 }
 
 // A call the caller cancels never asks Next.
 func TestCancelledCallNeverCallsNext(t *testing.T) {
-	var calls atomic.Int32
+	var nexts atomic.Int32
 	next := func(ctx context.Context, f b2bua.Failure) *b2bua.Target {
-		calls.Add(1)
+		nexts.Add(1)
 		return &b2bua.Target{App: newTestApp()}
 	}
 	e := newEnv(t, envOpts{route: appRouter(nil, next)})
@@ -509,10 +510,10 @@ func TestCancelledCallNeverCallsNext(t *testing.T) {
 	cancel()
 	waitCh(t, call.Done(), "caller done")
 	waitCh(t, in.Cancelled(), "callee cancelled")
-	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseCancelled || ev.Call.SIPStatus != 487 {
+	if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseCancelled || ev.Call.SIPStatus != 487 {
 		t.Fatalf("ended %+v", ev.Call)
 	}
-	if n := calls.Load(); n != 0 {
+	if n := nexts.Load(); n != 0 {
 		t.Fatalf("next called %d times after a cancel", n)
 	}
 }
@@ -579,7 +580,7 @@ func TestNextAfterRingTimeoutStopsEarlyMedia(t *testing.T) {
 	}
 	waitCh(t, in.Cancelled(), "callee cancelled")
 	ch := app.wait(t).ch
-	if f, _ := got.Load().(b2bua.Failure); f.Cause != b2bua.CauseNoAnswer || f.Status != 480 {
+	if f, _ := got.Load().(b2bua.Failure); f.Cause != calls.CauseNoAnswer || f.Status != 480 {
 		t.Fatalf("next called with %+v", f)
 	}
 	before := len(call.Media().Received())

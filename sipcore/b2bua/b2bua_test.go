@@ -13,6 +13,7 @@ import (
 
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/siptest"
 )
@@ -77,7 +78,7 @@ func TestCallRelaysRTP(t *testing.T) {
 				t.Fatalf("bob did not get a BYE")
 			}
 			ev := e.rec.ended(t)
-			if ev.Call.Cause != b2bua.CauseAnswered || ev.Call.Answer.IsZero() || ev.Call.AnsweredBy != "102" || len(ev.Call.Legs) != 1 || !ev.Call.Legs[0].Won {
+			if ev.Call.Cause != calls.CauseAnswered || ev.Call.Answer.IsZero() || ev.Call.AnsweredBy != "102" || len(ev.Call.Legs) != 1 || !ev.Call.Legs[0].Won {
 				t.Fatalf("ended event %+v", ev.Call)
 			}
 			if ev.Call.SIPCallID == "" || ev.Call.DialogID == "" || ev.Call.FromName != "ALICE" {
@@ -125,7 +126,7 @@ func TestForkSecondAnswersFirstCancelled(t *testing.T) {
 		if l.Won {
 			won++
 		}
-		if l.Cause == b2bua.CauseCancelled {
+		if l.Cause == calls.CauseCancelled {
 			cancelled++
 		}
 	}
@@ -157,7 +158,7 @@ func TestBusy(t *testing.T) {
 	if s := final(t, call); s != 486 {
 		t.Fatalf("final %d, want 486", s)
 	}
-	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseBusy || ev.Call.SIPStatus != 486 {
+	if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseBusy || ev.Call.SIPStatus != 486 {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
@@ -173,7 +174,7 @@ func TestNoAnswerRingTimeout(t *testing.T) {
 		t.Fatalf("final %d, want 480", s)
 	}
 	waitCh(t, in.Cancelled(), "callee cancelled")
-	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseNoAnswer {
+	if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseNoAnswer {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
@@ -191,7 +192,7 @@ func TestCallerCancel(t *testing.T) {
 	cancel()
 	waitCh(t, call.Done(), "caller done")
 	waitCh(t, in.Cancelled(), "callee cancelled")
-	if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseCancelled || ev.Call.SIPStatus != 487 {
+	if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseCancelled || ev.Call.SIPStatus != 487 {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
@@ -467,7 +468,7 @@ func TestDeadContactDoesNotHoldTheCall(t *testing.T) {
 	// sipgo alone would hold the silent leg for 64*T1 (32 s) waiting for a
 	// provisional before it may CANCEL; the record must not wait that long.
 	ev := e.rec.ended(t)
-	if ev.Call.Cause != b2bua.CauseNoAnswer || len(ev.Call.Legs) != 2 {
+	if ev.Call.Cause != calls.CauseNoAnswer || len(ev.Call.Legs) != 2 {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
@@ -508,7 +509,7 @@ func TestDeadContactDoesNotHoldAnAnsweredCall(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Errorf("the call ended %v after the hang-up, held by its silent leg", took)
 	}
-	if ev.Call.Cause != b2bua.CauseAnswered || len(ev.Call.Legs) != 2 {
+	if ev.Call.Cause != calls.CauseAnswered || len(ev.Call.Legs) != 2 {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 }
@@ -559,7 +560,7 @@ func TestSequentialLegs(t *testing.T) {
 		return b2bua.Decision{Target: &b2bua.Target{
 			Legs: append(first, second...), RingTimeout: 10 * time.Second,
 			CallerID: b2bua.Identity{User: in.Caller.Extension},
-			Meta:     b2bua.Meta{Tenant: tenant, Direction: b2bua.DirectionInternal, Extension: "600", Domain: domain},
+			Meta:     b2bua.Meta{Tenant: tenant, Direction: calls.DirectionInternal, Extension: "600", Domain: domain},
 		}}
 	}})
 	alice := e.phone("udp", "alice", "alice-pw")
@@ -578,7 +579,7 @@ func TestSequentialLegs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := e.rec.ended(t)
-	if ev.Call.AnsweredBy != "103" || len(ev.Call.Legs) != 2 || ev.Call.Legs[0].Cause != b2bua.CauseNoAnswer {
+	if ev.Call.AnsweredBy != "103" || len(ev.Call.Legs) != 2 || ev.Call.Legs[0].Cause != calls.CauseNoAnswer {
 		t.Fatalf("ended %+v", ev.Call)
 	}
 	if gap := ev.Call.Legs[1].Start.Sub(ev.Call.Legs[0].Start); gap < time.Second {

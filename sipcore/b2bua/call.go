@@ -15,6 +15,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 )
 
@@ -331,7 +332,7 @@ func rewriteContact(req *sip.Request, transport string) bool {
 // only once the caller ACKed it (or Timer H gave up after 64*T1), which
 // must neither lengthen the record nor keep the call live. The
 // transaction absorbs the ACK (RFC 3261 section 17.2.1).
-func (c *Call) fail(status int, cause, reason string) {
+func (c *Call) fail(status int, cause calls.Cause, reason string) {
 	at := time.Now()
 	if err := c.callerTx.Respond(sip.NewResponseFromRequest(c.invite, status, sipcore.Phrase(status), nil)); err != nil {
 		c.log.Debug("final response to caller", "status", status, "err", err)
@@ -341,12 +342,12 @@ func (c *Call) fail(status int, cause, reason string) {
 
 // finish records how the call ended (the first call wins) and releases
 // its media. The ended event follows from emitEnded once every leg is done.
-func (c *Call) finish(cause string, status int, reason string) {
+func (c *Call) finish(cause calls.Cause, status int, reason string) {
 	c.finishAt(time.Now(), cause, status, reason)
 }
 
 // finishAt is finish with the end time given.
-func (c *Call) finishAt(now time.Time, cause string, status int, reason string) {
+func (c *Call) finishAt(now time.Time, cause calls.Cause, status int, reason string) {
 	c.endOnce.Do(func() {
 		c.mu.Lock()
 		if w := c.winner; w != nil && w.info.End.IsZero() {
@@ -370,7 +371,7 @@ func (c *Call) finishAt(now time.Time, cause string, status int, reason string) 
 // emitEnded delivers the winner's leg event and the ended event, after
 // every leg has finished, so the record lists each leg's outcome.
 func (c *Call) emitEnded() {
-	c.finish(CauseError, sip.StatusInternalServerError, "call ended without outcome")
+	c.finish(calls.CauseError, sip.StatusInternalServerError, "call ended without outcome")
 	c.mu.Lock()
 	var wl *LegInfo
 	if w := c.winner; w != nil {
@@ -397,13 +398,13 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 		var err error
 		if offer, err = sdp.Parse(req.Body()); err != nil {
 			c.event(EventCreated, nil)
-			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "bad sdp offer")
+			c.fail(sip.StatusNotAcceptableHere, calls.CauseFailed, "bad sdp offer")
 			return
 		}
 		codecs, err := sdp.Negotiate(offer, c.m.opts.Codecs)
 		if err != nil {
 			c.event(EventCreated, nil)
-			c.fail(sip.StatusNotAcceptableHere, CauseFailed, "no common codec")
+			c.fail(sip.StatusNotAcceptableHere, calls.CauseFailed, "no common codec")
 			return
 		}
 		c.codecs, c.callerSDP = codecs, offer
@@ -432,10 +433,10 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	if dec.Reject != nil || dec.Target == nil {
 		rej := dec.Reject
 		if rej == nil {
-			rej = &Rejection{Status: sip.StatusNotFound, Cause: CauseNoRoute}
+			rej = &Rejection{Status: sip.StatusNotFound, Cause: calls.CauseNoRoute}
 		}
 		c.event(EventCreated, nil)
-		reason := rej.Cause
+		reason := string(rej.Cause)
 		if rej.Err != nil {
 			reason = rej.Err.Error()
 			c.log.Info("call rejected", "status", rej.Status, "cause", rej.Cause, "err", rej.Err)
@@ -446,7 +447,7 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	target := dec.Target
 	if c.caller.Context().Err() != nil {
 		c.event(EventCreated, nil)
-		c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+		c.finish(calls.CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
 		return
 	}
 
@@ -469,7 +470,7 @@ func (c *Call) run(req *sip.Request, src netip.AddrPort, transport string) {
 	if err != nil {
 		c.log.Warn("media session", "err", err)
 		c.event(EventCreated, nil)
-		c.fail(sip.StatusServiceUnavailable, CauseError, "no media ports")
+		c.fail(sip.StatusServiceUnavailable, calls.CauseError, "no media ports")
 		return
 	}
 	c.callerLeg.ApplySDP(offer)

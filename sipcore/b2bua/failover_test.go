@@ -11,6 +11,7 @@ import (
 
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 )
 
@@ -87,7 +88,7 @@ func routeVia(first netip.AddrPort) func(in *b2bua.Inbound, reg *registrar.Regis
 		}
 		return b2bua.Decision{Target: &b2bua.Target{
 			Legs: legs, CallerID: b2bua.Identity{User: "101"},
-			Meta: b2bua.Meta{Tenant: tenant, Direction: b2bua.DirectionOutbound, Domain: domain},
+			Meta: b2bua.Meta{Tenant: tenant, Direction: calls.DirectionOutbound, Domain: domain},
 		}}
 	}
 }
@@ -116,7 +117,7 @@ func TestFailoverOn503(t *testing.T) {
 	}
 	waitCh(t, in.Ended(), "callee BYE")
 	ev := e.rec.ended(t)
-	if len(ev.Call.Legs) != 1 || !ev.Call.Legs[0].Won || ev.Call.Cause != b2bua.CauseAnswered {
+	if len(ev.Call.Legs) != 1 || !ev.Call.Legs[0].Won || ev.Call.Cause != calls.CauseAnswered {
 		t.Fatalf("call %+v", ev.Call)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/rtpcore/sdp"
+	"pbx/sipcore/calls"
 )
 
 // fork starts every leg and drives the call until it is answered and ended,
@@ -35,7 +36,7 @@ func (c *Call) fork(target *Target) *dialFailure {
 		if err != nil {
 			c.log.Warn("leg not started", "target", lt.Name, "err", err)
 			now := time.Now()
-			failed := &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: CauseError}}
+			failed := &outLeg{info: LegInfo{Target: lt.Name, Kind: lt.Kind, Extension: lt.Extension, Start: now, End: now, SIPStatus: sip.StatusServiceUnavailable, Cause: calls.CauseError}}
 			c.mu.Lock()
 			c.legs = append(c.legs, failed)
 			c.mu.Unlock()
@@ -115,16 +116,16 @@ func (c *Call) fork(target *Target) *dialFailure {
 		case <-ring.C:
 			c.closeFork()
 			cancelAll(nil)
-			return c.dialFailed(target, Failure{Cause: CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "ring timeout")
+			return c.dialFailed(target, Failure{Cause: calls.CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "ring timeout")
 		case <-c.caller.Context().Done():
 			c.closeFork()
 			cancelAll(nil)
-			c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+			c.finish(calls.CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
 			return nil
 		case why := <-c.endCh:
 			c.closeFork()
 			cancelAll(nil)
-			c.fail(sip.StatusTemporarilyUnavailable, CauseCancelled, why)
+			c.fail(sip.StatusTemporarilyUnavailable, calls.CauseCancelled, why)
 			return nil
 		}
 	}
@@ -134,9 +135,9 @@ func (c *Call) fork(target *Target) *dialFailure {
 }
 
 // bestFailure picks the caller's final answer when every leg failed.
-func bestFailure(finals []int) (int, string) {
+func bestFailure(finals []int) (int, calls.Cause) {
 	if len(finals) == 0 {
-		return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+		return sip.StatusTemporarilyUnavailable, calls.CauseNoAnswer
 	}
 	busy, decline := 0, false
 	for _, s := range finals {
@@ -149,15 +150,15 @@ func bestFailure(finals []int) (int, string) {
 	}
 	switch {
 	case busy == len(finals):
-		return sip.StatusBusyHere, CauseBusy
+		return sip.StatusBusyHere, calls.CauseBusy
 	case decline:
-		return statusDecline, CauseRejected
+		return statusDecline, calls.CauseRejected
 	case busy > 0:
-		return sip.StatusBusyHere, CauseBusy
+		return sip.StatusBusyHere, calls.CauseBusy
 	}
 	for _, s := range finals {
 		if s == sip.StatusRequestTimeout || s == sip.StatusTemporarilyUnavailable || s == sip.StatusRequestTerminated {
-			return sip.StatusTemporarilyUnavailable, CauseNoAnswer
+			return sip.StatusTemporarilyUnavailable, calls.CauseNoAnswer
 		}
 	}
 	s := finals[0]
@@ -166,7 +167,7 @@ func bestFailure(finals []int) (int, string) {
 		// PBX asked (RFC 4028), is not the caller's to answer.
 		s = sip.StatusTemporarilyUnavailable
 	}
-	return s, CauseFailed
+	return s, calls.CauseFailed
 }
 
 // answer connects the caller with the winning leg. It returns false when
@@ -234,7 +235,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 			c.log.Warn("caller did not confirm the answer", "err", err)
 		}
 		c.hangupWinner()
-		c.finish(CauseAnswered, sip.StatusOK, reason)
+		c.finish(calls.CauseAnswered, sip.StatusOK, reason)
 		return false
 	}
 	if c.lateOffer && !c.takeAckAnswer(ackCh, answerCodecs) {
@@ -243,7 +244,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 		go func() { defer wg.Done(); c.hangupCaller() }()
 		c.hangupWinner()
 		wg.Wait()
-		c.finish(CauseFailed, sip.StatusNotAcceptableHere, "no acceptable sdp answer in ack")
+		c.finish(calls.CauseFailed, sip.StatusNotAcceptableHere, "no acceptable sdp answer in ack")
 		return false
 	}
 	if c.m.opts.MediaTimeout > 0 {
@@ -287,7 +288,7 @@ func (c *Call) waitEnd() {
 		go func() { defer wg.Done(); c.hangupWinner() }()
 		wg.Wait()
 	}
-	c.finish(CauseAnswered, sip.StatusOK, reason)
+	c.finish(calls.CauseAnswered, sip.StatusOK, reason)
 }
 
 func (c *Call) winnerDone() <-chan struct{} {

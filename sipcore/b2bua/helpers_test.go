@@ -17,6 +17,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/siptest"
 )
@@ -141,7 +142,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}
 		ext := in.RequestURI.User
 		if _, ok := dir.AccountByExtension(in.Caller.Tenant, ext); !ok {
-			return b2bua.Decision{Reject: &b2bua.Rejection{Status: 404, Cause: b2bua.CauseNoRoute}}
+			return b2bua.Decision{Reject: &b2bua.Rejection{Status: 404, Cause: calls.CauseNoRoute}}
 		}
 		legs := b2bua.LegsFor(reg.Lookup(in.Caller.Tenant, ext), srv.ConnectionOpen, ext, ext)
 		user := in.Caller.Extension
@@ -151,7 +152,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		return b2bua.Decision{Target: &b2bua.Target{
 			Legs: legs, RingTimeout: ring,
 			CallerID: b2bua.Identity{User: user, DisplayName: in.Caller.DisplayName},
-			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: b2bua.DirectionInternal, Extension: ext, Domain: domain},
+			Meta:     b2bua.Meta{Tenant: in.Caller.Tenant, Direction: calls.DirectionInternal, Extension: ext, Domain: domain},
 		}}
 	})
 	calls, err := b2bua.New(b2bua.Options{SIP: srv, Media: media, Auth: auth, Router: router, Observer: rec, MediaTimeout: o.mediaTimeout, Identify: o.identify,

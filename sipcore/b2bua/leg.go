@@ -17,6 +17,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
+	"pbx/sipcore/calls"
 )
 
 // silentLeg is how long a leg may stay without any response before a
@@ -242,7 +243,7 @@ func (l *outLeg) run() {
 		case <-t.C:
 		case <-l.ctx.Done():
 			t.Stop()
-			l.finish(sip.StatusRequestTerminated, CauseCancelled, false)
+			l.finish(sip.StatusRequestTerminated, calls.CauseCancelled, false)
 			return
 		}
 		l.mu().Lock()
@@ -277,7 +278,7 @@ func (l *outLeg) run() {
 			if !last && l.ctx.Err() == nil {
 				continue
 			}
-			l.finish(sip.StatusServiceUnavailable, CauseError, true)
+			l.finish(sip.StatusServiceUnavailable, calls.CauseError, true)
 			return
 		}
 		if l.retrySessionInterval(err) {
@@ -296,17 +297,17 @@ func (l *outLeg) run() {
 	case d.InviteResponse != nil && d.InviteResponse.IsSuccess():
 		// A 2xx raced our CANCEL: take the call and drop it at once.
 		l.ackAndBye(d)
-		l.finish(sip.StatusRequestTerminated, CauseCancelled, true)
+		l.finish(sip.StatusRequestTerminated, calls.CauseCancelled, true)
 	case errors.As(err, &dr):
 		code := dr.Res.StatusCode
 		l.finish(code, legCause(code), true)
 	case l.timedOut.Load() || errorIsTimeout(err):
-		l.finish(sip.StatusRequestTimeout, CauseNoAnswer, true)
+		l.finish(sip.StatusRequestTimeout, calls.CauseNoAnswer, true)
 	case l.ctx.Err() != nil:
-		l.finish(sip.StatusRequestTerminated, CauseCancelled, true)
+		l.finish(sip.StatusRequestTerminated, calls.CauseCancelled, true)
 	default:
 		l.log.Warn("invite failed", "err", err)
-		l.finish(sip.StatusServiceUnavailable, CauseError, true)
+		l.finish(sip.StatusServiceUnavailable, calls.CauseError, true)
 	}
 }
 
@@ -318,23 +319,23 @@ func (l *outLeg) won() bool {
 	return l.info.Won
 }
 
-func legCause(code int) string {
+func legCause(code int) calls.Cause {
 	switch code {
 	case sip.StatusBusyHere, statusBusyEverywhere:
-		return CauseBusy
+		return calls.CauseBusy
 	case statusDecline, sip.StatusForbidden:
-		return CauseRejected
+		return calls.CauseRejected
 	case sip.StatusRequestTerminated:
-		return CauseCancelled
+		return calls.CauseCancelled
 	case sip.StatusRequestTimeout, sip.StatusTemporarilyUnavailable:
-		return CauseNoAnswer
+		return calls.CauseNoAnswer
 	}
-	return CauseFailed
+	return calls.CauseFailed
 }
 
 // finish records a leg that did not win and, when report is set, tells the
 // call.
-func (l *outLeg) finish(status int, cause string, report bool) {
+func (l *outLeg) finish(status int, cause calls.Cause, report bool) {
 	l.mu().Lock()
 	l.info.End = time.Now()
 	l.info.SIPStatus = status
@@ -356,7 +357,7 @@ func (l *outLeg) answered(d *sipgo.DialogClientSession) {
 	}
 	if !c.claim(l) {
 		l.ackAndBye(d)
-		l.finish(sip.StatusOK, CauseCancelled, false)
+		l.finish(sip.StatusOK, calls.CauseCancelled, false)
 		return
 	}
 	if err := d.Ack(context.Background()); err != nil {
@@ -368,7 +369,7 @@ func (l *outLeg) answered(d *sipgo.DialogClientSession) {
 	l.info.Answer = time.Now()
 	l.info.SIPStatus = sip.StatusOK
 	l.info.Won = true
-	l.info.Cause = CauseAnswered
+	l.info.Cause = calls.CauseAnswered
 	l.mu().Unlock()
 	l.send(legEvent{kind: legAnswered, sdp: desc})
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore/calls"
 )
 
 // dialFailure is a dial whose legs all failed, before the caller got its
@@ -38,7 +40,7 @@ func (c *Call) place(target *Target) {
 			c.runApp(target) // app_call.go
 			return
 		case len(target.Legs) == 0:
-			f = c.dialFailed(target, Failure{Cause: CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "no contacts registered")
+			f = c.dialFailed(target, Failure{Cause: calls.CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "no contacts registered")
 		default:
 			if dials > 0 {
 				c.resetFork()
@@ -57,7 +59,7 @@ func (c *Call) place(target *Target) {
 			next = target.Next(ctx, f.Failure)
 		}
 		if ctx.Err() != nil {
-			c.finish(CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
+			c.finish(calls.CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
 			return
 		}
 		if next == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/siptest"
 )
 
@@ -71,7 +72,7 @@ func TestLateOfferAnsweredInAck(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitCh(t, in.Ended(), "bob BYE")
-			if ev := e.rec.ended(t); ev.Call.Cause != b2bua.CauseAnswered {
+			if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseAnswered {
 				t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
 			}
 			e.rec.mu.Lock()
@@ -102,7 +103,7 @@ func TestLateOfferAckWithoutAnswerEndsCall(t *testing.T) {
 		t.Fatalf("the PBX did not hang up both sides")
 	}
 	ev := e.rec.ended(t)
-	if ev.Call.Cause != b2bua.CauseFailed || ev.Call.Reason != "no acceptable sdp answer in ack" {
+	if ev.Call.Cause != calls.CauseFailed || ev.Call.Reason != "no acceptable sdp answer in ack" {
 		t.Fatalf("ended %s %q", ev.Call.Cause, ev.Call.Reason)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
+	"pbx/sipcore/calls"
 )
 
 // runReplaces takes over a party of another call for a new INVITE with
@@ -22,7 +23,7 @@ import (
 func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 	fail := func(status int, reason string) {
 		c.event(EventCreated, nil)
-		c.fail(status, CauseFailed, reason)
+		c.fail(status, calls.CauseFailed, reason)
 	}
 	old, ok := c.m.replaced(rep, c)
 	if !ok || old.ended() {
@@ -73,7 +74,7 @@ func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 	default:
 		c.m.addDialog(peer.dialogID(), dialogRef{call: x0, leg: peer.leg})
 		close(x.done)
-		c.fail(sip.StatusServiceUnavailable, CauseFailed, "replaced call busy transferring")
+		c.fail(sip.StatusServiceUnavailable, calls.CauseFailed, "replaced call busy transferring")
 		return
 	}
 	if err := rtpcore.Bridge(peer.media(), c.callerLeg); err != nil {
@@ -92,11 +93,11 @@ func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 		c.log.Info("replacing caller did not confirm the answer", "err", err)
 		close(x.done)
 		peer.hangup()
-		c.finish(CauseAnswered, sip.StatusOK, "no ack from caller")
+		c.finish(calls.CauseAnswered, sip.StatusOK, "no ack from caller")
 		return
 	}
 	c.transferEvent(x, transferJob{target: sip.Uri{User: peer.name()}}, sip.StatusOK)
-	c.finish(CauseAnswered, sip.StatusOK, c.runJoined(x))
+	c.finish(calls.CauseAnswered, sip.StatusOK, c.runJoined(x))
 }
 
 // openMedia opens the call's media session and the caller's leg, pointed

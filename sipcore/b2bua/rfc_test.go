@@ -11,6 +11,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/siptest"
 )
 
@@ -104,7 +105,7 @@ func TestRejectedCallEndsAtFinalResponseWithoutAck(t *testing.T) {
 	got := time.Now()
 	// No ACK is ever sent.
 	ev := e.rec.ended(t)
-	if ev.Call.SIPStatus != 404 || ev.Call.Cause != b2bua.CauseNoRoute {
+	if ev.Call.SIPStatus != 404 || ev.Call.Cause != calls.CauseNoRoute {
 		t.Fatalf("ended %d %s", ev.Call.SIPStatus, ev.Call.Cause)
 	}
 	if ev.Call.End.Before(sent) || ev.Call.End.After(got) {

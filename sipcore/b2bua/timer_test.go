@@ -12,6 +12,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/siptest"
 )
 
@@ -80,7 +81,7 @@ func TestSessionTimerExpiresWithoutRefresh(t *testing.T) {
 		t.Fatalf("call ended after %s, want about 2 s", took)
 	}
 	ev := e.rec.ended(t)
-	if ev.Call.Cause != b2bua.CauseAnswered || ev.Call.Reason != b2bua.ReasonSessionExpired {
+	if ev.Call.Cause != calls.CauseAnswered || ev.Call.Reason != b2bua.ReasonSessionExpired {
 		t.Fatalf("cause %q reason %q, want answered / %q", ev.Call.Cause, ev.Call.Reason, b2bua.ReasonSessionExpired)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"pbx/rtpcore"
 	"pbx/rtpcore/sdp"
 	"pbx/sipcore"
+	"pbx/sipcore/calls"
 )
 
 // Kinds of transfer.
@@ -32,7 +33,7 @@ type Transfer struct {
 	To   string // the target: the Refer-To user, or the party joined
 	// Result and SIPStatus are the outcome (EventTransfer only): answered,
 	// or the new leg's failure.
-	Result    string
+	Result    calls.Cause
 	SIPStatus int
 }
 
@@ -281,7 +282,7 @@ func (c *Call) runTransfer(job transferJob) bool {
 			job.notify(status, true)
 			x.a.hangup()
 			x.transferor.hangup()
-			c.finish(CauseAnswered, sip.StatusOK, "transfer failed")
+			c.finish(calls.CauseAnswered, sip.StatusOK, "transfer failed")
 			return true
 		}
 		// The call goes on: the transferor may try again once told. The
@@ -323,7 +324,7 @@ func (c *Call) runTransfer(job transferJob) bool {
 	}()
 	reason := c.runJoined(x)
 	wg.Wait()
-	c.finish(CauseAnswered, sip.StatusOK, reason)
+	c.finish(calls.CauseAnswered, sip.StatusOK, reason)
 	return true
 }
 
@@ -418,7 +419,7 @@ func (c *Call) handOff(job transferJob) bool {
 			}
 		}
 	}
-	c.finishAt(at, CauseAnswered, sip.StatusOK, "transferred")
+	c.finishAt(at, calls.CauseAnswered, sip.StatusOK, "transferred")
 	if c.session != nil {
 		_ = c.session.Close()
 	}
@@ -450,7 +451,7 @@ func (c *Call) transferInbound(x *transfer, job transferJob) *Inbound {
 
 // transferEvent tells the observer how a transfer ended.
 func (c *Call) transferEvent(x *transfer, job transferJob, status int) {
-	t := &Transfer{Kind: x.kind, By: x.transferor.name(), To: job.target.User, SIPStatus: status, Result: CauseAnswered}
+	t := &Transfer{Kind: x.kind, By: x.transferor.name(), To: job.target.User, SIPStatus: status, Result: calls.CauseAnswered}
 	if x.kind == TransferAttended && x.b.valid() {
 		t.To = x.b.name()
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/emiago/sipgo/sip"
 
 	"pbx/sipcore/b2bua"
+	"pbx/sipcore/calls"
 	"pbx/sipcore/siptest"
 )
 
@@ -100,7 +101,7 @@ func TestBlindTransferByCallee(t *testing.T) {
 
 	ev := e.rec.ended(t)
 	tr := e.rec.transferEvent(t)
-	if tr.Kind != b2bua.TransferBlind || tr.By != "102" || tr.To != "103" || tr.Result != b2bua.CauseAnswered {
+	if tr.Kind != b2bua.TransferBlind || tr.By != "102" || tr.To != "103" || tr.Result != calls.CauseAnswered {
 		t.Fatalf("transfer %+v", tr)
 	}
 	if n := len(ev.Call.Legs); n != 2 || ev.Call.Legs[1].Target != "103" || !ev.Call.Legs[1].Won || ev.Call.Legs[1].End.IsZero() {
@@ -109,7 +110,7 @@ func TestBlindTransferByCallee(t *testing.T) {
 	if b := ev.Call.Legs[0]; b.End.IsZero() || !b.End.Before(ev.Call.Legs[1].End) {
 		t.Fatalf("bob's leg ends at %v, want when he was released, before carol's %v", b.End, ev.Call.Legs[1].End)
 	}
-	if ev.Call.AnsweredBy != "103" || ev.Call.Cause != b2bua.CauseAnswered {
+	if ev.Call.AnsweredBy != "103" || ev.Call.Cause != calls.CauseAnswered {
 		t.Fatalf("answered by %q cause %q", ev.Call.AnsweredBy, ev.Call.Cause)
 	}
 }
@@ -419,7 +420,7 @@ func TestBlindTransferForks(t *testing.T) {
 		if l.Won {
 			won2++
 		}
-		if l.Cause == b2bua.CauseCancelled {
+		if l.Cause == calls.CauseCancelled {
 			cancelled++
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore/calls"
 )
 
 // CallID identifies a call (and its call record): a sortable UTC timestamp
@@ -25,18 +27,6 @@ func NewCallID(t time.Time) CallID {
 	return CallID(t.UTC().Format("20060102T150405.000Z") + "-" + string(b[:]))
 }
 
-// Causes of a call or leg outcome (the call record's cause field).
-const (
-	CauseAnswered  = "answered"
-	CauseNoAnswer  = "no_answer"
-	CauseBusy      = "busy"
-	CauseRejected  = "rejected"
-	CauseNoRoute   = "no_route"
-	CauseCancelled = "cancelled"
-	CauseFailed    = "failed"
-	CauseError     = "error"
-)
-
 // Reasons of a call the PBX ended itself, for the call record's reason
 // field. The cause stays within the specification's list (an answered
 // call ended this way is still answered), as with the minutes-budget cut.
@@ -47,13 +37,6 @@ const (
 	// ReasonSessionRefreshFailed: the PBX's own refresh timed out or got
 	// 408 or 481 (RFC 4028 section 10).
 	ReasonSessionRefreshFailed = "session refresh failed"
-)
-
-// Directions of a call.
-const (
-	DirectionInbound  = "inbound"
-	DirectionOutbound = "outbound"
-	DirectionInternal = "internal"
 )
 
 // Kinds of caller and leg.
@@ -69,9 +52,9 @@ const (
 // Rejection says how an INVITE is answered; it is also the call record's
 // cause.
 type Rejection struct {
-	Status int    // 4xx-6xx
-	Cause  string // no_route, busy, rejected, ...
-	Err    error  // for the log; may be nil
+	Status int         // 4xx-6xx
+	Cause  calls.Cause // no_route, busy, rejected, ...
+	Err    error       // for the log; may be nil
 }
 
 // Caller is who sent a new INVITE, established by digest authentication or
@@ -114,7 +97,7 @@ type Identity struct {
 // Meta is what the appliance wants carried on the call and its events.
 type Meta struct {
 	Tenant    string
-	Direction string // DirectionInbound, DirectionOutbound, DirectionInternal
+	Direction calls.Direction
 	Extension string // the extension called (or calling, outbound)
 	DID       string
 	Trunk     string
@@ -209,16 +192,16 @@ type IdentifyFunc func(req *sip.Request, src netip.AddrPort) (caller Caller, tru
 
 // LegInfo is one leg's outcome (the call record's legs[]).
 type LegInfo struct {
-	Target    string    `json:"target"`
-	Kind      string    `json:"kind"`
-	Extension string    `json:"extension,omitempty"`
-	Start     time.Time `json:"start"`
-	Answer    time.Time `json:"answer,omitzero"`
-	End       time.Time `json:"end,omitzero"`
-	SIPStatus int       `json:"sip_status"`
-	Won       bool      `json:"won"`
-	Cause     string    `json:"cause"`
-	SIPCallID string    `json:"call_id,omitempty"`
+	Target    string      `json:"target"`
+	Kind      string      `json:"kind"`
+	Extension string      `json:"extension,omitempty"`
+	Start     time.Time   `json:"start"`
+	Answer    time.Time   `json:"answer,omitzero"`
+	End       time.Time   `json:"end,omitzero"`
+	SIPStatus int         `json:"sip_status"`
+	Won       bool        `json:"won"`
+	Cause     calls.Cause `json:"cause"`
+	SIPCallID string      `json:"call_id,omitempty"`
 }
 
 // States of a call.
@@ -231,30 +214,30 @@ const (
 
 // CallInfo is a snapshot of a call.
 type CallInfo struct {
-	ID         CallID    `json:"id"`
-	Tenant     string    `json:"tenant"`
-	Direction  string    `json:"direction"`
-	SIPCallID  string    `json:"call_id"`
-	DialogID   string    `json:"dialog_id"`
-	From       string    `json:"from"`
-	FromName   string    `json:"from_name"`
-	To         string    `json:"to"`
-	DID        string    `json:"did,omitempty"`
-	Trunk      string    `json:"trunk,omitempty"`
-	Extension  string    `json:"extension,omitempty"`
-	Source     string    `json:"source"`
-	Caller     Caller    `json:"-"`
-	Meta       Meta      `json:"-"`
-	State      string    `json:"state"`
-	Start      time.Time `json:"started_at"`
-	Answer     time.Time `json:"answered_at,omitzero"`
-	End        time.Time `json:"end,omitzero"`
-	Cause      string    `json:"cause,omitempty"`
-	SIPStatus  int       `json:"sip_status,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	AnsweredBy string    `json:"answered_by,omitempty"`
-	Held       bool      `json:"held,omitempty"` // on hold (a sendonly or inactive offer or answer)
-	Legs       []LegInfo `json:"legs"`
+	ID         CallID          `json:"id"`
+	Tenant     string          `json:"tenant"`
+	Direction  calls.Direction `json:"direction"`
+	SIPCallID  string          `json:"call_id"`
+	DialogID   string          `json:"dialog_id"`
+	From       string          `json:"from"`
+	FromName   string          `json:"from_name"`
+	To         string          `json:"to"`
+	DID        string          `json:"did,omitempty"`
+	Trunk      string          `json:"trunk,omitempty"`
+	Extension  string          `json:"extension,omitempty"`
+	Source     string          `json:"source"`
+	Caller     Caller          `json:"-"`
+	Meta       Meta            `json:"-"`
+	State      string          `json:"state"`
+	Start      time.Time       `json:"started_at"`
+	Answer     time.Time       `json:"answered_at,omitzero"`
+	End        time.Time       `json:"end,omitzero"`
+	Cause      calls.Cause     `json:"cause,omitempty"`
+	SIPStatus  int             `json:"sip_status,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	AnsweredBy string          `json:"answered_by,omitempty"`
+	Held       bool            `json:"held,omitempty"` // on hold (a sendonly or inactive offer or answer)
+	Legs       []LegInfo       `json:"legs"`
 	// Digits are the DTMF digits the caller sent once answered, as RFC
 	// 4733 events or SIP INFO (the call record's digits).
 	Digits []Digit `json:"-"`

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/sipcore/calls"
 )
 
 // CDRQuery turns a checked query string into a call-log query for p: the
@@ -16,11 +17,11 @@ func CDRQuery(q Query, p *Principal) (cdr.Query, error) {
 	if out.From, out.To, err = timeRange(q); err != nil {
 		return out, err
 	}
-	dir, err := q.OneOf("direction", string(cdr.Inbound), string(cdr.Outbound), string(cdr.Internal))
+	dir, err := q.OneOf("direction", string(calls.DirectionInbound), string(calls.DirectionOutbound), string(calls.DirectionInternal))
 	if err != nil {
 		return out, err
 	}
-	out.Direction = cdr.Direction(dir)
+	out.Direction = calls.Direction(dir)
 	if out.Answered, err = q.Bool("answered"); err != nil {
 		return out, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/sipcore/calls"
 )
 
 func TestParseQuery(t *testing.T) {
@@ -54,7 +55,7 @@ func TestCDRQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cq.From.Equal(time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)) || cq.Direction != cdr.Outbound || !*cq.Answered ||
+	if !cq.From.Equal(time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)) || cq.Direction != calls.DirectionOutbound || !*cq.Answered ||
 		cq.Limit != 7 || cq.Number != "555" || cq.Trunk != "t1" || cq.Extension != "100" || cq.Cursor != "c" ||
 		len(cq.Tenants) != 1 || cq.Tenants[0] != "acme" {
 		t.Fatalf("%+v", cq)

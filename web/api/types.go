@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"pbx/sipcore/calls"
+)
 
 // Status is the body of GET /v1/status. For a tenant-scoped caller the
 // counts cover only its tenants (plus shared trunks).
@@ -112,19 +116,19 @@ func (r Registration) Online(now time.Time) bool {
 
 // Call is one entry of GET /v1/calls: a call in progress.
 type Call struct {
-	ID         string     `json:"id"`
-	Tenant     string     `json:"tenant"`
-	Direction  string     `json:"direction"`
-	From       string     `json:"from"`
-	To         string     `json:"to"`
-	State      string     `json:"state"`
-	StartedAt  time.Time  `json:"started_at"`
-	AnsweredAt *time.Time `json:"answered_at"`
-	Legs       []CallLeg  `json:"legs"`
+	ID         string          `json:"id"`
+	Tenant     string          `json:"tenant"`
+	Direction  calls.Direction `json:"direction"`
+	From       string          `json:"from"`
+	To         string          `json:"to"`
+	State      string          `json:"state"`
+	StartedAt  time.Time       `json:"started_at"`
+	AnsweredAt *time.Time      `json:"answered_at"`
+	Legs       []CallLeg       `json:"legs"`
 	// Held is true while a party has the call on hold.
 	Held bool `json:"held"`
 	// Cause is set once the call ended (on the event stream's call.ended).
-	Cause string `json:"cause,omitempty"`
+	Cause calls.Cause `json:"cause,omitempty"`
 }
 
 // CallLeg is one leg of a call in progress.
