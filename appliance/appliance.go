@@ -141,7 +141,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			}
 		}
 		if hasMailboxes(cfg) {
-			if a.vm, a.notices, err = newVoicemail(dd, cfg, func(tenant, ext string) { a.mwi.Notify(tenant, ext) }, log.With("component", "voicemail")); err != nil {
+			if a.vm, a.notices, err = newVoicemail(dd, cfg, a.mailboxChanged, log.With("component", "voicemail")); err != nil {
 				return nil, err
 			}
 		}
@@ -266,7 +266,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		if a.upl != nil {
 			policy.LimitBacklog(sys.Recording.MaxPending, a.upl.Pending)
 		}
-		obs = append(obs, newCallRecorder(policy, a.rec, rt.Steps(), log.With("component", "recording")))
+		obs = append(obs, newCallRecorder(policy, a.rec, rt.Steps(), lv.recording, log.With("component", "recording")))
 	}
 	if a.cdr != nil {
 		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get, hooks: a.hooks})
@@ -349,6 +349,18 @@ func mediaBindIP(ls []config.Listener) netip.Addr {
 // MWI returns message waiting, nil when it is off; the voicemail store calls
 // its Notify on every change and gives it its counts (SetCounts).
 func (a *Appliance) MWI() *mwi.Service { return a.mwi }
+
+// mailboxChanged tells the lamps and the event stream of a change to a
+// mailbox (during the store's recovery at start neither exists yet).
+func (a *Appliance) mailboxChanged(tenant, ext string) {
+	a.mwi.Notify(tenant, ext)
+	if a.bus == nil || a.vm == nil {
+		return
+	}
+	if n, saved, err := a.vm.Counts(tenant, ext); err == nil {
+		live{a.bus}.voicemail(tenant, ext, n, saved)
+	}
+}
 
 // Mobile is the mobile side of calls: Place and RoomToken for the device
 // routes.

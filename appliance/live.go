@@ -7,6 +7,7 @@ import (
 	"pbx/appliance/cdr"
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/recording"
 	"pbx/rtpcore"
 	"pbx/sipcore"
 	"pbx/sipcore/b2bua"
@@ -70,6 +71,17 @@ func (l live) binding(c registrar.Change, b registrar.Binding) {
 
 func (l live) trunk(st trunk.Status) {
 	l.bus.Publish(events.Event{Type: events.TrunkState, Tenant: st.Tenant, Data: apiTrunk(st)})
+}
+
+// voicemail publishes a mailbox's counts after a change.
+func (l live) voicemail(tenant, ext string, unheard, saved int) {
+	l.bus.Publish(events.Event{Type: events.VoicemailChanged, Tenant: tenant,
+		Data: map[string]any{"extension": ext, "new": unheard, "saved": saved}})
+}
+
+// recording publishes a finished recording's sidecar.
+func (l live) recording(sc *recording.Sidecar) {
+	l.bus.Publish(events.Event{Type: events.RecordingFinished, Tenant: sc.Tenant, Data: sc})
 }
 
 func (l live) ban(b guard.Ban)  { l.bus.Publish(events.Event{Type: events.BanAdded, Data: apiBan(b)}) }

@@ -1,12 +1,14 @@
 package appliance
 
 import (
+	"log/slog"
 	"net/netip"
 	"testing"
 	"time"
 
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
+	"pbx/appliance/voicemail"
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
@@ -78,5 +80,32 @@ func TestLivePublishesStateChanges(t *testing.T) {
 	case e := <-sub.C:
 		t.Fatalf("a leg event was published: %+v", e)
 	default:
+	}
+}
+
+// TestMailboxChangesReachTheBus: a change to a mailbox publishes its new
+// counts for its tenant (and message waiting, off here, is skipped).
+func TestMailboxChangesReachTheBus(t *testing.T) {
+	st, err := voicemail.Open(voicemail.Options{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := st.Begin(voicemail.Message{ID: string(b2bua.NewCallID(time.Now())), Tenant: "acme", Extension: "200", ReceivedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Write(make([]int16, 800)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.Commit(800); err != nil {
+		t.Fatal(err)
+	}
+	a := &Appliance{bus: events.New(0), vm: st}
+	sub := a.bus.Subscribe(8, nil)
+	a.mailboxChanged("acme", "200")
+	e := next(t, sub)
+	d, _ := e.Data.(map[string]any)
+	if e.Type != events.VoicemailChanged || e.Tenant != "acme" || d["extension"] != "200" || d["new"] != 1 || d["saved"] != 0 {
+		t.Fatalf("event %+v", e)
 	}
 }

@@ -133,13 +133,15 @@ type callRecorder struct {
 	store  *recording.Store
 	steps  *dialplan.Steps
 	log    *slog.Logger
+	// finished is told of every recording made whole (the event bus).
+	finished func(*recording.Sidecar)
 
 	mu     sync.Mutex
 	active map[b2bua.CallID]*recording.Recorder
 }
 
-func newCallRecorder(p *recording.Policy, s *recording.Store, steps *dialplan.Steps, log *slog.Logger) *callRecorder {
-	return &callRecorder{policy: p, store: s, steps: steps, log: log, active: map[b2bua.CallID]*recording.Recorder{}}
+func newCallRecorder(p *recording.Policy, s *recording.Store, steps *dialplan.Steps, finished func(*recording.Sidecar), log *slog.Logger) *callRecorder {
+	return &callRecorder{policy: p, store: s, steps: steps, finished: finished, log: log, active: map[b2bua.CallID]*recording.Recorder{}}
 }
 
 func (r *callRecorder) CallEvent(ev b2bua.Event) {
@@ -187,6 +189,9 @@ func (r *callRecorder) CallEvent(ev b2bua.Event) {
 				return
 			}
 			r.log.Info("recording finished", "call", id, "tenant", tenant, "duration_ms", sc.DurationMS, "bytes", sc.Bytes, "dropped", rec.Dropped())
+			if r.finished != nil {
+				r.finished(sc)
+			}
 		})
 	}
 }

@@ -32,6 +32,13 @@ const (
 	BanLifted Type = "ban.lifted"
 
 	Counters Type = "counters"
+
+	// VoicemailChanged: a mailbox's messages changed (a deposit, a
+	// deletion, a message heard or saved); data {extension, new, saved}.
+	VoicemailChanged Type = "voicemail.changed"
+	// RecordingFinished: a call's recording is whole on disk; data is its
+	// sidecar.
+	RecordingFinished Type = "recording.finished"
 )
 
 // Security reports whether events of type t concern the security guard,
