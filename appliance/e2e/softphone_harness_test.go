@@ -154,10 +154,30 @@ type baresip struct {
 	cursor int // events before this were consumed by waitEvent
 }
 
+// baresipMWI loads baresip's mwi module, which subscribes to its account's
+// message-summary once registered (RFC 3842).
+//
+// Baresip 1.0's mwi module has a timer, armed for 1 ms when the module is
+// loaded, that walks its list of subscriptions and subscribes again for
+// each one, appending to the list it walks: if the account's first
+// registration succeeded before that timer ran, the walk never ends and
+// baresip sends SUBSCRIBEs in a tight loop, never serving its control
+// socket again. So with this feature the account is not in the accounts
+// file: it is created with the "uanew" command once the control socket
+// answers (the timer has run by then, over an empty list), and registers
+// from there.
+const baresipMWI = "mwi"
+
 // startBaresip starts baresip registered as user (password user-secret) at
-// the PBX on UDP, sending tone (a WAV file) as its microphone.
-func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone string) *baresip {
+// the PBX on UDP, sending tone (a WAV file) as its microphone; features
+// (baresipMWI) turn further modules on.
+func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone string, features ...string) *baresip {
 	t.Helper()
+	mwi := slices.Contains(features, baresipMWI)
+	mwiModule, mwiParam := "", ""
+	if mwi {
+		mwiModule, mwiParam = "module_app\tmwi.so\n", ";mwi=yes"
+	}
 	bin := requireSoftphone(t, "baresip", "baresip")
 	dir := t.TempDir()
 	b := &baresip{dir: dir, recDir: filepath.Join(dir, "rec"), resp: map[string]map[string]any{}}
@@ -182,12 +202,16 @@ module	sndfile.so
 module_tmp	account.so
 module_app	menu.so
 module_app	ctrl_tcp.so
-ctrl_tcp_listen	127.0.0.1:%d
+%sctrl_tcp_listen	127.0.0.1:%d
 snd_path	%s
-`, sipPort, tone, rtp, rtp+19, modules, ctrlPort, b.recDir)
-	accounts := fmt.Sprintf("<sip:%s@127.0.0.1;transport=udp>;auth_pass=%s-secret;outbound=\"sip:127.0.0.1:%d;transport=udp\";regint=300;answermode=manual;audio_codecs=pcma,pcmu\n",
-		user, user, pbx.sipPort)
-	for name, body := range map[string]string{"config": config, "accounts": accounts, "contacts": ""} {
+`, sipPort, tone, rtp, rtp+19, modules, mwiModule, ctrlPort, b.recDir)
+	accounts := fmt.Sprintf("<sip:%s@127.0.0.1;transport=udp>;auth_pass=%s-secret;outbound=\"sip:127.0.0.1:%d;transport=udp\";regint=300%s;answermode=manual;audio_codecs=pcma,pcmu\n",
+		user, user, pbx.sipPort, mwiParam)
+	files := map[string]string{"config": config, "accounts": accounts, "contacts": ""}
+	if mwi {
+		files["accounts"] = ""
+	}
+	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -207,6 +231,9 @@ snd_path	%s
 	}
 	t.Cleanup(func() { b.conn.Close() })
 	go b.read()
+	if mwi {
+		b.command(t, "uanew", strings.TrimSuffix(accounts, "\n"))
+	}
 	return b
 }
 
@@ -510,4 +537,26 @@ func (b *baresip) rtpReceived(t testing.TB) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// waitMWI waits for an MWI_NOTIFY event (baresip's mwi module passes on
+// the message-summary body of each NOTIFY it answers 200) whose body
+// contains substr, and returns that body.
+func (b *baresip) waitMWI(t testing.TB, substr string) string {
+	t.Helper()
+	deadline := time.Now().Add(stepTimeout)
+	for {
+		b.mu.Lock()
+		for _, e := range b.events {
+			if body, _ := e["param"].(string); e["type"] == "MWI_NOTIFY" && strings.Contains(body, substr) {
+				b.mu.Unlock()
+				return body
+			}
+		}
+		b.mu.Unlock()
+		if time.Now().After(deadline) || b.proc.exited() {
+			t.Fatalf("baresip: no MWI_NOTIFY with %q within %s; events: %v", substr, stepTimeout, b.eventTypes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

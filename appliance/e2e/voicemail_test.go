@@ -145,6 +145,16 @@ func waitMessages(t *testing.T, p *pbxProc, c apiClient, n int) []vmMessage {
 // the vmPayload audio.
 func leaveMessage(t *testing.T, p *pbxProc, ms int) {
 	t.Helper()
+	uac, dir := startMessage(t, p, ms)
+	if code := uac.wait(); code != 0 {
+		t.Fatalf("caller: sipp exit %d\n%s", code, uac.errors(dir))
+	}
+}
+
+// startMessage starts alice's call of leaveMessage and returns the SIPp run
+// (wait for it) and its directory.
+func startMessage(t *testing.T, p *pbxProc, ms int) (*sippRun, string) {
+	t.Helper()
 	dir := scenarioDir(t, map[string]string{"alice.csv": credentials("alice")})
 	if err := writeCaptureWithDigits(filepath.Join(dir, "audio.pcap"), ms/20+50, 0xa11ce, vmPayload, nil); err != nil {
 		t.Fatal(err)
@@ -154,9 +164,7 @@ func leaveMessage(t *testing.T, p *pbxProc, ms int) {
 		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
 		"-m", "1", "-d", strconv.Itoa(ms), "-p", strconv.Itoa(freePort(t)), "-i", "127.0.0.1",
 		"-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(t)))
-	if code := uac.wait(); code != 0 {
-		t.Fatalf("caller: sipp exit %d\n%s", code, uac.errors(dir))
-	}
+	return uac, dir
 }
 
 // checkMessageAudio: the message's audio is what alice sent after the
