@@ -22,14 +22,17 @@ import (
 // bounded load whatever b.N is, and report with b.ReportMetric.
 
 // vmBenchConfig is the PBX of the voicemail benchmarks: bob (101) has a
-// mailbox large enough for every call, logging at info level.
+// mailbox large enough for every call, and so has erin (110), whose phone
+// rings for 300 ms only; logging at info level.
 func vmBenchConfig(b *testing.B, maxMessages int) pbxConfig {
 	return pbxConfig{
 		LogLevel:  "info",
 		NoCDR:     true,
 		RTPMin:    freePortRange(b, 1600),
 		Recording: "  voicemail:\n    enabled: true\n",
-		Demo:      fmt.Sprintf("  mailboxes:\n    - extension: \"101\"\n      maxMessages: %d\n", maxMessages),
+		Demo: fmt.Sprintf("  mailboxes:\n    - extension: \"101\"\n      maxMessages: %d\n    - extension: \"110\"\n      maxMessages: %[1]d\n",
+			maxMessages),
+		Extra: "---\nconfigVersion: pbx/v1\nkind: Account\nmetadata: {name: erin, tenant: demo}\nspec: {password: erin-secret, extension: \"110\", ringTimeout: 300ms}\n",
 	}
 }
 
@@ -89,21 +92,52 @@ func audibleFrame(pt uint8, greeting []int16) (int, []byte) {
 	return 0, nil
 }
 
-// greetingLatency dials bob once from alice and returns the time from
-// start (when the dial ended for the caller's purposes) to the greeting's
-// first RTP packet at alice. start is the INVITE when bob has no phone, or
-// the moment bob's busy phone received the PBX's INVITE (it answers 486 at
-// once).
-func greetingLatency(ctx context.Context, alice, bob *siptest.Phone, greeting []int16) (time.Duration, error) {
-	start := time.Now()
-	call := alice.Dial(ctx, "101")
-	defer call.Hangup(context.Background())
-	if bob != nil {
+// dialEnd says when a dial to the callee failed, seen from the callee's
+// phone: nil for a callee with no phone (the dial ends at once: the
+// caller's INVITE is the start), else it waits for what ends the dial.
+type dialEnd func(ctx context.Context) (time.Time, error)
+
+// busyEnd: the callee's phone refuses at once (486) the INVITE it gets.
+func busyEnd(callee *siptest.Phone) dialEnd {
+	return func(ctx context.Context) (time.Time, error) {
 		select {
-		case <-bob.Incoming():
-			start = time.Now()
+		case <-callee.Incoming():
+			return time.Now(), nil
 		case <-ctx.Done():
-			return 0, fmt.Errorf("bob's phone never rang")
+			return time.Time{}, fmt.Errorf("the busy phone never rang")
+		}
+	}
+}
+
+// noAnswerEnd: the callee's phone rings until the PBX's CANCEL (its ring
+// timeout).
+func noAnswerEnd(callee *siptest.Phone) dialEnd {
+	return func(ctx context.Context) (time.Time, error) {
+		var in *siptest.Call
+		select {
+		case in = <-callee.Incoming():
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("the phone never rang")
+		}
+		select {
+		case <-in.Cancelled():
+			return time.Now(), nil
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("the ringing was never cancelled")
+		}
+	}
+}
+
+// greetingLatency dials target once from alice and returns the time from
+// the end of the dial to the greeting's first RTP packet at alice.
+func greetingLatency(ctx context.Context, alice *siptest.Phone, target string, end dialEnd, greeting []int16) (time.Duration, error) {
+	start := time.Now()
+	call := alice.Dial(ctx, target)
+	defer call.Hangup(context.Background())
+	if end != nil {
+		var err error
+		if start, err = end(ctx); err != nil {
+			return 0, err
 		}
 	}
 	select {
@@ -123,64 +157,77 @@ func greetingLatency(ctx context.Context, alice, bob *siptest.Phone, greeting []
 
 // BenchmarkVoicemailGreetingLatency: the time from the end of a dial to the
 // first RTP packet of the greeting at the caller. Unlike the load
-// benchmarks one operation is one call (a call lasts about a millisecond,
+// benchmarks one operation is one call (a call lasts a millisecond or so,
 // so a fixed count would make the framework run it again and again):
-// -benchtime 200x makes 200 calls, half to bob with no phone registered
+// -benchtime 200x makes 200 calls, a third to bob with no phone registered
 // (timed from the caller's first INVITE, its digest challenge included),
-// half to bob's busy phone (from the moment it receives the INVITE it
-// refuses with 486). The calls are sequential; each hangs up once the
-// greeting is heard. Target: p99 under 100 ms.
+// a third to bob's busy phone (from the moment it receives the INVITE it
+// refuses with 486), a third to erin's phone that rings until her 300 ms
+// ring timeout (from the moment it receives the PBX's CANCEL). The calls
+// are sequential; each hangs up once the greeting is heard. Target: p99
+// under 100 ms.
 func BenchmarkVoicemailGreetingLatency(b *testing.B) {
 	n := b.N
 	p := startPBX(b, vmBenchConfig(b, 10))
 	alice := benchPhone(b, p, "alice")
 	greeting := promptSet(b).Get("vm-greeting")
-	var unreg, busy []time.Duration
-	b.ResetTimer()
-	// Unregistered first, then busy with one registered phone.
-	for range (n + 1) / 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := greetingLatency(ctx, alice, nil, greeting)
-		cancel()
-		if err != nil {
-			b.Fatalf("call %d to an unregistered extension: %v", len(unreg), err)
-		}
-		unreg = append(unreg, d)
-	}
-	if n < 2 {
-		return // the framework's first probe: one unregistered call
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	bob := benchPhone(b, p, "bob")
 	bob.SetBehaviour(siptest.Behaviour{Mode: siptest.Reject, Status: 486})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	bob.MustRegister(ctx, 600)
+	erin := benchPhone(b, p, "erin")
+	erin.SetBehaviour(siptest.Behaviour{Mode: siptest.Ring})
+	erin.MustRegister(ctx, 600)
 	cancel()
-	for range n / 2 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		d, err := greetingLatency(ctx, alice, bob, greeting)
-		cancel()
-		if err != nil {
-			b.Fatalf("call %d to a busy extension: %v", len(busy), err)
+	classes := []struct {
+		name   string
+		target string
+		end    dialEnd
+		before func()
+		got    []time.Duration
+	}{
+		{name: "unregistered", target: "101"},
+		{name: "busy", target: "101", end: busyEnd(bob), before: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			bob.MustRegister(ctx, 600)
+		}},
+		{name: "no_answer", target: "110", end: noAnswerEnd(erin)},
+	}
+	b.ResetTimer()
+	for i := range classes {
+		c := &classes[i]
+		if c.before != nil {
+			c.before()
 		}
-		busy = append(busy, d)
+		for range (n + len(classes) - 1 - i) / len(classes) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			d, err := greetingLatency(ctx, alice, c.target, c.end, greeting)
+			cancel()
+			if err != nil {
+				b.Fatalf("%s call %d: %v", c.name, len(c.got), err)
+			}
+			c.got = append(c.got, d)
+		}
 	}
 	b.StopTimer()
-	if len(busy) == 0 {
-		return
-	}
-	all := append(append([]time.Duration(nil), unreg...), busy...)
-	for _, s := range [][]time.Duration{unreg, busy, all} {
-		slices.Sort(s)
-	}
+	var all []time.Duration
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	var line strings.Builder
+	for i := range classes {
+		c := &classes[i]
+		if len(c.got) == 0 {
+			continue
+		}
+		all = append(all, c.got...)
+		slices.Sort(c.got)
+		b.ReportMetric(ms(percentile(c.got, 99)), c.name+"_p99_ms")
+		fmt.Fprintf(&line, "%s (%d) p50 %s p99 %s; ", c.name, len(c.got), percentile(c.got, 50), percentile(c.got, 99))
+	}
+	slices.Sort(all)
 	b.ReportMetric(ms(percentile(all, 50)), "p50_ms")
 	b.ReportMetric(ms(percentile(all, 99)), "p99_ms")
 	b.ReportMetric(ms(all[len(all)-1]), "max_ms")
-	b.ReportMetric(ms(percentile(unreg, 99)), "unregistered_p99_ms")
-	b.ReportMetric(ms(percentile(busy, 99)), "busy_p99_ms")
-	b.Logf("%d calls: unregistered (from the INVITE) p50 %s p99 %s; busy (from the 486) p50 %s p99 %s; all p50 %s p99 %s max %s",
-		len(all), percentile(unreg, 50), percentile(unreg, 99), percentile(busy, 50), percentile(busy, 99),
-		percentile(all, 50), percentile(all, 99), all[len(all)-1])
+	b.Logf("%d calls: %sall p50 %s p99 %s max %s", len(all), line.String(), percentile(all, 50), percentile(all, 99), all[len(all)-1])
 	if p99 := percentile(all, 99); p99 >= 100*time.Millisecond {
 		b.Errorf("p99 %s, target under 100 ms", p99)
 	}
