@@ -327,7 +327,10 @@ func countDeposit(pcm []int16) depositCount {
 // (default 200), set up within 2 s, each leave a message at once from a
 // Go phone sending PCMA frames that name the caller and the frame; every
 // message's written audio is read back frame by frame and the missing,
-// repeated, foreign and reordered frames are counted (target: none).
+// repeated, foreign and reordered frames are counted (target: none), with
+// the frames the hang-up cut and the silence the time line inserted for
+// packets later than its slack. Each caller talks PBX_BENCH_VM_TALK
+// (default 5 s) after the greeting and beep.
 func BenchmarkVoicemailConcurrentDeposits(b *testing.B) {
 	n := benchEnvInt("PBX_BENCH_VM_DEPOSITS", 200)
 	talk := benchEnvDuration("PBX_BENCH_VM_TALK", 5*time.Second) // after the greeting and beep
