@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"log/slog"
+	"os"
 	"time"
 
 	"pbx/appliance/config"
@@ -25,7 +26,8 @@ func hasMailboxes(cfg *config.Config) bool {
 // its notice); it runs before any listener opens. onChange is told of every
 // change to a mailbox (message-waiting lamps).
 func newVoicemail(dataDir string, cfg *config.Config, onChange func(tenant, ext string), log *slog.Logger) (*voicemail.Store, *notice.Outbox, error) {
-	out, err := notice.Open(dataDir, notice.ConfigSettings(func() *config.Config { return cfg }), log.With("component", "notices"))
+	out, err := notice.OpenWith(noticeTestKnobs(notice.Options{DataDir: dataDir,
+		Settings: notice.ConfigSettings(func() *config.Config { return cfg })}), log.With("component", "notices"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -68,4 +70,16 @@ func newVoicemail(dataDir string, cfg *config.Config, onChange func(tenant, ext 
 		return nil, nil, err
 	}
 	return st, out, nil
+}
+
+// envNoticeBackoff is a test knob: the notice outbox's first backoff (it
+// doubles to ten times that), in Go syntax; the configuration does not
+// expose it.
+const envNoticeBackoff = "PBX_TEST_NOTICE_BACKOFF"
+
+func noticeTestKnobs(o notice.Options) notice.Options {
+	if d, err := time.ParseDuration(os.Getenv(envNoticeBackoff)); err == nil && d > 0 {
+		o.BackoffMin, o.BackoffMax = d, 10*d
+	}
+	return o
 }

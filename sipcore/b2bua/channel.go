@@ -23,6 +23,10 @@ const (
 	// listenAhead is how far (1 s of samples) a packet may lie ahead of
 	// the time line before the time line is re-anchored to it.
 	listenAhead = 8000
+	// listenSlack is how far ahead of the frame due (60 ms) a packet is
+	// placed when the time line is anchored to it: a packet up to that
+	// much later than its predecessors' pace still lands in its frame.
+	listenSlack = 3 * frameSamples
 )
 
 // appChannel is the Channel of a local application: one Injection on the
@@ -239,6 +243,9 @@ func (ch *appChannel) Listen() (<-chan []int16, func()) {
 			case <-stopCh:
 				return
 			case <-c.done:
+				// The call is over: the audio that arrived is delivered,
+				// not lost with it.
+				flushListen(in, &tl, out)
 				return
 			case p := <-in:
 				tl.put(p)
@@ -252,6 +259,22 @@ func (ch *appChannel) Listen() (<-chan []int16, func()) {
 		}
 	}()
 	return out, stop
+}
+
+// flushListen places the packets still queued and delivers every frame
+// the time line holds.
+func flushListen(in chan rtpIn, tl *timeline, out chan []int16) {
+	for drained := false; !drained; {
+		select {
+		case p := <-in:
+			tl.put(p)
+		default:
+			drained = true
+		}
+	}
+	for len(tl.buf) > 0 {
+		deliverFrame(out, tl.frame())
+	}
 }
 
 // deliverFrame queues f, dropping the oldest frame when the reader left
@@ -273,13 +296,14 @@ func deliverFrame(out chan []int16, f []int16) {
 }
 
 // timeline places the caller's decoded audio on the frames Listen
-// emits. The first packet (and a new SSRC) is anchored one frame ahead
-// of the next frame due; later packets go where their timestamp says. A
-// packet whose place already passed is dropped when it is a duplicate or
-// reordered (not newer than the newest sequence number seen); a newer
-// one means the sender's clock fell behind the wall clock (a pause
-// without a timestamp jump) and re-anchors the time line to it, as does
-// a packet more than a second ahead.
+// emits. The first packet (and a new SSRC) is anchored listenSlack
+// ahead of the next frame due; later packets go where their timestamp
+// says. A packet whose place already passed is dropped when it is a
+// duplicate or reordered (not newer than the newest sequence number
+// seen); a newer one means the sender's clock fell behind the wall clock
+// (a pause without a timestamp jump, or a burst of lateness) and
+// re-anchors the time line listenSlack ahead of it, as a packet more than
+// a second ahead re-anchors it to the next frame due.
 type timeline struct {
 	started bool
 	ssrc    uint32
@@ -296,7 +320,7 @@ func (t *timeline) put(p rtpIn) {
 	}
 	if !t.started || p.ssrc != t.ssrc {
 		t.started, t.ssrc = true, p.ssrc
-		t.offset = t.due + frameSamples - p.ts
+		t.offset = t.due + listenSlack - p.ts
 		t.maxSeq = p.seq - 1
 		t.buf = t.buf[:0]
 	}
@@ -309,8 +333,8 @@ func (t *timeline) put(p rtpIn) {
 		if !newer {
 			return
 		}
-		t.offset += uint32(-d)
-		d = 0
+		t.offset += uint32(-d) + listenSlack
+		d = listenSlack
 	}
 	if d+int64(len(samples)) > listenAhead {
 		t.offset -= uint32(d)
