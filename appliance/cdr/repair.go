@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"pbx/appliance/datadir"
 	"pbx/sipcore/calls"
 )
 
@@ -291,7 +292,7 @@ func (r *repairer) tmpFiles(d day) error {
 			if err := os.Rename(path, final); err != nil {
 				return fmt.Errorf("commit %s: %w", path, err)
 			}
-			if err := syncDir(d.dir); err != nil {
+			if err := datadir.SyncDir(d.dir); err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"pbx/appliance/datadir"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -436,7 +437,7 @@ func writeAtomicSync(path string, data []byte, durable bool) error {
 	if !durable {
 		return nil
 	}
-	return syncDir(filepath.Dir(path))
+	return datadir.SyncDir(filepath.Dir(path))
 }
 
 // syncFS flushes the whole file system holding dir (syncfs(2)).
@@ -447,15 +448,6 @@ func syncFS(dir string) error {
 	}
 	defer d.Close()
 	return unix.Syncfs(int(d.Fd()))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ensureDir creates dir and any missing parents, fsyncing each parent whose
@@ -479,7 +471,7 @@ func ensureDir(dir string) error {
 		}
 		return err
 	}
-	return syncDir(parent)
+	return datadir.SyncDir(parent)
 }
 
 // readRecord reads and decodes a record or marker file.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"pbx/appliance/datadir"
 	"pbx/rtpcore"
 	"pbx/sipcore/calls"
 )
@@ -64,52 +65,13 @@ const (
 	sidecarExt = ".json"
 )
 
-// writeFileAtomic writes data to path in one write through a temporary
-// file in the same directory: write, fsync, rename, fsync the directory.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
-}
-
 // writeSidecar writes sc as JSON to path, atomically.
 func writeSidecar(path string, sc *Sidecar) error {
 	b, err := json.MarshalIndent(sc, "", "  ")
 	if err != nil {
 		return fmt.Errorf("sidecar: %w", err)
 	}
-	return writeFileAtomic(path, append(b, '\n'))
+	return datadir.WriteFile(path, append(b, '\n'), 0o640)
 }
 
 // readSidecar reads the sidecar at path.

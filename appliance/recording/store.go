@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/appliance/datadir"
 	"pbx/rtpcore"
 )
 
@@ -335,7 +336,7 @@ func (s *Store) promote(sc *Sidecar, wav, meta string) error {
 	if err := os.Rename(wav, dst); err != nil {
 		return fmt.Errorf("recording %s: %w", sc.ID, err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := datadir.SyncDir(dir); err != nil {
 		return fmt.Errorf("recording %s: %w", sc.ID, err)
 	}
 	side := filepath.Join(dir, sc.ID+sidecarExt)

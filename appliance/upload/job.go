@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"pbx/appliance/datadir"
 	"time"
 )
 
@@ -34,43 +35,16 @@ type Job struct {
 	Uploaded      Uploaded  `json:"uploaded"`
 }
 
-// writeJob writes j to path atomically: a temporary file in the same
-// directory, fsync, rename, fsync of the directory.
+// writeJob writes j to path atomically (datadir.WriteFile).
 func writeJob(path string, j *Job) error {
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err != nil {
 		return fmt.Errorf("upload job %s: %w", j.ID, err)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".job-*")
-	if err != nil {
+	if err := datadir.WriteFile(path, append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("upload job %s: %w", j.ID, err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("upload job %s: %w", j.ID, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
 
 // readJob reads the job file at path; a file that is not a job is an

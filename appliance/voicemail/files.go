@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"pbx/appliance/datadir"
 	"time"
 )
 
@@ -26,43 +27,10 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
-	if err != nil {
+	if err := datadir.WriteFile(path, append(b, '\n'), 0o640); err != nil {
 		return fmt.Errorf("voicemail: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("voicemail: write %s: %w", filepath.Base(path), err)
-	}
 	return nil
-}
-
-// syncDir fsyncs a directory so that renames and removals in it last.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Recorder streams audio to a temporary file in a mailbox directory; Commit
@@ -166,7 +134,7 @@ func (r *Recorder) Commit(keep int64) (*Message, error) {
 	}
 	dir := filepath.Dir(r.final)
 	if err == nil {
-		err = syncDir(dir)
+		err = datadir.SyncDir(dir)
 	}
 	if err != nil {
 		r.cleanup()
@@ -259,7 +227,7 @@ func (s *Store) EraseGreeting(tenant, extension string) error {
 		return nil
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = datadir.SyncDir(dir)
 	}
 	return err
 }

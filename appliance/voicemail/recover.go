@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/appliance/datadir"
 )
 
 func cdrTime(id string) (time.Time, error) { return cdr.ID(id).Time() }
@@ -135,7 +136,7 @@ func (s *Store) promote(tenant, ext, dir, id string) (string, error) {
 		err = os.Rename(tmp, final)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = datadir.SyncDir(dir)
 	}
 	if err != nil {
 		return "", fmt.Errorf("voicemail: promote %s: %w", tmp, err)

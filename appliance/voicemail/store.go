@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pbx/appliance/cdr"
+	"pbx/appliance/datadir"
 )
 
 // Folders of a message.
@@ -353,7 +354,7 @@ func (s *Store) Delete(tenant, extension, id string) error {
 		}
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(wav))
+		err = datadir.SyncDir(filepath.Dir(wav))
 	}
 	s.mu.Unlock()
 	if err != nil {

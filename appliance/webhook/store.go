@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"pbx/appliance/datadir"
 	"strings"
 )
 
@@ -20,26 +21,10 @@ func (d *Dispatcher) write(j *job) error {
 	if err := os.MkdirAll(d.pending, 0o750); err != nil {
 		return fmt.Errorf("webhook job %s: %w", j.ID, err)
 	}
-	f, err := os.CreateTemp(d.pending, ".job-*")
-	if err != nil {
+	if err := datadir.WriteFile(d.path(j.ID), b, 0o640); err != nil {
 		return fmt.Errorf("webhook job %s: %w", j.ID, err)
 	}
-	tmp := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, d.path(j.ID))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("webhook job %s: %w", j.ID, err)
-	}
-	return syncDir(d.pending)
+	return nil
 }
 
 func (d *Dispatcher) path(id string) string { return filepath.Join(d.pending, id+".json") }
@@ -49,20 +34,11 @@ func (d *Dispatcher) path(id string) string { return filepath.Join(d.pending, id
 func (d *Dispatcher) remove(j *job) {
 	err := os.Remove(d.path(j.ID))
 	if err == nil {
-		err = syncDir(d.pending)
+		err = datadir.SyncDir(d.pending)
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		d.log.Error("webhook job not removed", "delivery", j.ID, "err", err)
 	}
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // load queues the durable deliveries a previous run left, dropping those
