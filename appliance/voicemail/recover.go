@@ -67,8 +67,10 @@ func (s *Store) recoverMailbox(tenant, ext string) ([]string, error) {
 	for _, e := range ents {
 		name, path := e.Name(), filepath.Join(dir, e.Name())
 		switch {
-		case name == tmpGreeting || strings.HasSuffix(name, ".json.tmp") && !strings.HasSuffix(name, recSuffix):
-			// A greeting cut short is worse than the one before it.
+		case name == tmpGreeting || strings.HasPrefix(name, ".") && strings.HasSuffix(name, ".tmp") && strings.Contains(name, ".json."):
+			// A greeting cut short is worse than the one before it; a
+			// metadata file's temporary copy (datadir.WriteFile) was
+			// never renamed into place.
 			_ = os.Remove(path)
 			note("removed %s", path)
 		case strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpWAVSuffix):

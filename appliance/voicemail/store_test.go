@@ -152,6 +152,9 @@ func TestRecoveryPromotesTornTempFile(t *testing.T) {
 	g, _ := e.store.BeginGreeting("acme", "201")
 	_ = g.Write(flat(loud(5, 3000)))
 	crash(g)
+	// A metadata write cut before its rename (datadir.WriteFile's
+	// temporary copy).
+	_ = os.WriteFile(filepath.Join(boxDir(e.dir, "acme", "201"), "."+id+".json.4711.tmp"), []byte("{"), 0o640)
 
 	var deposited []Message
 	st, err := Open(Options{DataDir: e.dir, MinMessage: 500 * time.Millisecond, OnDeposit: func(m Message, _ string) { deposited = append(deposited, m) }}, slog.New(slog.DiscardHandler))
