@@ -98,15 +98,7 @@ func (h *Handler) cdrList(w http.ResponseWriter, r *http.Request, q Query) error
 }
 
 func (h *Handler) cdrGet(w http.ResponseWriter, r *http.Request, _ Query) error {
-	p, err := caller(r)
-	if err != nil {
-		return err
-	}
-	tenant, err := param(r, "tenant")
-	if err != nil {
-		return err
-	}
-	id, err := param(r, "id")
+	p, tenant, id, err := tenantParams(r, "id")
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,21 @@ func param(r *http.Request, name string) (string, error) {
 	return v, nil
 }
 
+// tenantParams is the caller of a route under /{tenant}/{name}, with the
+// two path parameters.
+func tenantParams(r *http.Request, name string) (p *Principal, tenant, value string, err error) {
+	if p, err = caller(r); err != nil {
+		return nil, "", "", err
+	}
+	if tenant, err = param(r, "tenant"); err != nil {
+		return nil, "", "", err
+	}
+	if value, err = param(r, name); err != nil {
+		return nil, "", "", err
+	}
+	return p, tenant, value, nil
+}
+
 // nonNil turns a nil slice into an empty one so that it renders as [].
 func nonNil[T any](s []T) []T {
 	if s == nil {
@@ -252,15 +267,7 @@ func (h *Handler) registrations(w http.ResponseWriter, r *http.Request, q Query)
 }
 
 func (h *Handler) dropRegistration(w http.ResponseWriter, r *http.Request, _ Query) error {
-	p, err := caller(r)
-	if err != nil {
-		return err
-	}
-	tenant, err := param(r, "tenant")
-	if err != nil {
-		return err
-	}
-	ext, err := param(r, "extension")
+	p, tenant, ext, err := tenantParams(r, "extension")
 	if err != nil {
 		return err
 	}

@@ -50,15 +50,7 @@ func (h *Handler) mobileDevices(w http.ResponseWriter, r *http.Request, _ Query)
 }
 
 func (h *Handler) revokeDevice(w http.ResponseWriter, r *http.Request, _ Query) error {
-	p, err := caller(r)
-	if err != nil {
-		return err
-	}
-	tenant, err := param(r, "tenant")
-	if err != nil {
-		return err
-	}
-	id, err := param(r, "deviceId")
+	p, tenant, id, err := tenantParams(r, "deviceId")
 	if err != nil {
 		return err
 	}
