@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -486,51 +485,7 @@ func writeRTPCapture(path string, n int) error {
 // writeRTPCaptureOf writes a pcap of n PCMA packets of stream ssrc, 20 ms
 // apart; byte j (12..171, after the RTP header) of packet i is payload(i, j).
 func writeRTPCaptureOf(path string, n int, ssrc uint32, payload func(i, j int) byte) error {
-	var b bytes.Buffer
-	le := binary.LittleEndian
-	hdr := make([]byte, 24)
-	le.PutUint32(hdr[0:], 0xa1b2c3d4)
-	le.PutUint16(hdr[4:], 2)
-	le.PutUint16(hdr[6:], 4)
-	le.PutUint32(hdr[16:], 65535)
-	le.PutUint32(hdr[20:], 1) // Ethernet
-	b.Write(hdr)
-	for i := 0; i < n; i++ {
-		rtp := make([]byte, 12+160)
-		rtp[0] = 0x80
-		rtp[1] = 8
-		if i == 0 {
-			rtp[1] |= 0x80
-		}
-		binary.BigEndian.PutUint16(rtp[2:], uint16(1000+i))
-		binary.BigEndian.PutUint32(rtp[4:], uint32(160*i))
-		binary.BigEndian.PutUint32(rtp[8:], ssrc)
-		for j := 12; j < len(rtp); j++ {
-			rtp[j] = payload(i, j)
-		}
-		udp := make([]byte, 8, 8+len(rtp))
-		binary.BigEndian.PutUint16(udp[0:], 6000)
-		binary.BigEndian.PutUint16(udp[2:], 6002)
-		binary.BigEndian.PutUint16(udp[4:], uint16(8+len(rtp)))
-		udp = append(udp, rtp...)
-		ip := make([]byte, 20, 20+len(udp))
-		ip[0], ip[8], ip[9] = 0x45, 64, 17
-		binary.BigEndian.PutUint16(ip[2:], uint16(20+len(udp)))
-		copy(ip[12:], []byte{127, 0, 0, 1})
-		copy(ip[16:], []byte{127, 0, 0, 1})
-		ip = append(ip, udp...)
-		frame := append(make([]byte, 12), 0x08, 0x00)
-		frame = append(frame, ip...)
-		rec := make([]byte, 16)
-		us := i * 20000
-		le.PutUint32(rec[0:], uint32(us/1000000))
-		le.PutUint32(rec[4:], uint32(us%1000000))
-		le.PutUint32(rec[8:], uint32(len(frame)))
-		le.PutUint32(rec[12:], uint32(len(frame)))
-		b.Write(rec)
-		b.Write(frame)
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
+	return writeCaptureWithDigits(path, n, ssrc, payload, nil)
 }
 
 // readLines reads a file's lines.

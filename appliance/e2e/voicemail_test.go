@@ -41,7 +41,8 @@ type digitAt struct {
 }
 
 // writeCaptureWithDigits writes a pcap of n 20 ms packets of stream ssrc
-// for SIPp's play_pcap_audio: PCMA audio from payload, except where a digit
+// for SIPp's play_pcap_audio (which rewrites the addresses to the
+// negotiated ones): PCMA audio from payload, except where a digit
 // is sent (eight event packets sharing the event's timestamp, the last
 // three with the end bit, as RFC 4733 section 2.5.1.4 sends them).
 func writeCaptureWithDigits(path string, n int, ssrc uint32, payload func(i, j int) byte, digits []digitAt) error {
@@ -79,6 +80,9 @@ func writeCaptureWithDigits(path string, n int, ssrc uint32, payload func(i, j i
 		} else {
 			rtp = make([]byte, 12+160)
 			rtp[0], rtp[1] = 0x80, 8
+			if i == 0 {
+				rtp[1] |= 0x80 // the stream's first packet
+			}
 			binary.BigEndian.PutUint32(rtp[4:], uint32(160*i))
 			for j := 12; j < len(rtp); j++ {
 				rtp[j] = payload(i, j)
