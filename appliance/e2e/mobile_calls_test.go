@@ -476,6 +476,22 @@ func TestMobileAppCallAndGrants(t *testing.T) {
 		t.Fatalf("carol: sipp exit %d\n%s", code, carol.errors(dir))
 	}
 
+	// The app call is alice's: her device's call log lists it.
+	waitFor(t, "the app call in alice's call log", 10*time.Second, func() bool {
+		code, page := deviceCall(t, m.p, "GET", "/v1/mobile/cdr", alice, "")
+		if code != 200 {
+			t.Fatalf("alice's call log: %d %v", code, page)
+		}
+		recs, _ := page["records"].([]any)
+		for _, r := range recs {
+			e := r.(map[string]any)
+			if e["from"] == "100" && e["to"] == "102" && e["answered"] == true {
+				return true
+			}
+		}
+		return false
+	})
+
 	before := m.authFailures(t)
 	m.refuseGrant(t, dir, "replayed", "102", grant)
 	// Grants the bridge never uses: it dials nowhere from now on.
