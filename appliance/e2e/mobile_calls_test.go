@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,8 +54,91 @@ type signedHooks struct {
 	bad  []string
 }
 
+// stampConn reads with the kernel's receive timestamps (SO_TIMESTAMPNS)
+// and keeps the first: when the one request it carries (the receiver
+// closes each connection after one) reached this host, free of the
+// receiver's scheduling, to compare with the bridge's INVITE.
+type stampConn struct {
+	*net.TCPConn
+	once  sync.Once
+	first time.Time
+	got   chan struct{}
+}
+
+func (c *stampConn) Read(p []byte) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n, oobn int
+	var rerr error
+	oob := make([]byte, 128)
+	err = rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, rerr = syscall.Recvmsg(int(fd), p, oob, 0)
+		return rerr != syscall.EAGAIN
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	c.once.Do(func() {
+		c.first = time.Now() // later than the arrival: never flatters the order
+		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
+		for _, m := range msgs {
+			if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SO_TIMESTAMPNS && len(m.Data) >= 16 {
+				c.first = time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
+			}
+		}
+		close(c.got)
+	})
+	return n, nil
+}
+
+type stampListener struct{ *net.TCPListener }
+
+func (l stampListener) Accept() (net.Conn, error) {
+	c, err := l.AcceptTCP()
+	if err != nil {
+		return nil, err
+	}
+	return &stampConn{TCPConn: c, got: make(chan struct{})}, nil
+}
+
+type connKey struct{}
+
+// serveSignedHooks runs the receiver on loopback, one request per
+// connection, each stamped with its arrival at the kernel (accepted
+// sockets inherit SO_TIMESTAMPNS from the listener).
+func serveSignedHooks(t testing.TB, h *signedHooks) string {
+	s := httptest.NewUnstartedServer(h)
+	ln := s.Listener.(*net.TCPListener)
+	rc, err := ln.SyscallConn()
+	if err == nil {
+		err = rc.Control(func(fd uintptr) {
+			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+		})
+	}
+	if err != nil {
+		t.Fatalf("SO_TIMESTAMPNS: %v", err)
+	}
+	s.Listener = stampListener{ln}
+	s.Config.ConnContext = func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }
+	s.Start()
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
 func (h *signedHooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
+	if c, ok := r.Context().Value(connKey{}).(*stampConn); ok {
+		<-c.got
+		at = c.first
+	}
+	w.Header().Set("Connection", "close")
 	body, _ := io.ReadAll(r.Body)
 	ts := r.Header.Get("X-Pbx-Timestamp")
 	m := hmac.New(sha256.New, []byte(hookSecret))
@@ -153,8 +238,7 @@ func newMobileRig(t testing.TB) *mobileRig {
 	rs := roomtest.Start(t, roomtest.Options{Key: rsKey, Secret: rsSecret, OutboundTrunkID: "ST_pbx",
 		Username: "bridge", Password: "bridge-pw"}) // 180 every second, as LiveKit's bridge
 	hooks := &signedHooks{}
-	hs := httptest.NewServer(hooks)
-	t.Cleanup(hs.Close)
+	hooksURL := serveSignedHooks(t, hooks)
 	ws := strings.Replace(rs.URL, "http://", "ws://", 1)
 	sipPort := freePort(t)
 	c := pbxConfig{
@@ -182,7 +266,7 @@ spec:
   url: %s/hooks
   events: [mobile.ringing, mobile.ended]
   secret: %s
-`, hs.URL, hookSecret),
+`, hooksURL, hookSecret),
 	}
 	p := startPBX(t, c)
 	rs.Bridge.SetPBX(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(sipPort)))
@@ -263,7 +347,8 @@ func (m *mobileRig) deskAndCaller(t *testing.T, uas string, holdMS int) (dir str
 // the mobile leg the winner.
 func TestMobileAppAnswersFirst(t *testing.T) {
 	m := startMobileRig(t)
-	deviceLogin(t, m.p, "bob", "bob-secret", "bob-phone")
+	bob := deviceLogin(t, m.p, "bob", "bob-secret", "bob-phone")
+	alice := deviceLogin(t, m.p, "alice", "alice-secret", "alice-phone")
 	dir, desk, caller := m.deskAndCaller(t, "uas_ring_cancel.xml", 1000)
 
 	ring := m.hooks.wait(t, mobile.EventRinging, 1, 10*time.Second)[0]
@@ -296,6 +381,17 @@ func TestMobileAppAnswersFirst(t *testing.T) {
 	}
 	if !m.rs.HasRoom(data.Room) {
 		t.Fatalf("room %s not created", data.Room)
+	}
+	// The app may fetch a fresh join token for the room; another
+	// extension's app learns nothing of it (404, never 403).
+	code, rt := deviceCall(t, m.p, "POST", "/v1/mobile/roomservice/token", bob, fmt.Sprintf(`{"room":%q}`, data.Room))
+	if tok, _ := rt["token"].(string); code != 200 || rt["url"] != m.wsURL || tok == "" {
+		t.Fatalf("bob's room token: %d %v", code, rt)
+	} else {
+		checkJoinToken(t, tok, data.Room, "device-bob-phone")
+	}
+	if code, rt := deviceCall(t, m.p, "POST", "/v1/mobile/roomservice/token", alice, fmt.Sprintf(`{"room":%q}`, data.Room)); code != 404 {
+		t.Fatalf("alice's token for bob's room: %d %v, want 404", code, rt)
 	}
 	sippSaw(t, dir, desk, "INVITE sip:", 10*time.Second)
 	waitFor(t, "three 180s from the bridge", 10*time.Second, func() bool { return m.rs.Bridge.Rings(data.Room) >= 3 })
