@@ -23,7 +23,8 @@ func sidesOf(c *b2bua.CallInfo) []side {
 		return nil
 	}
 	out := []side{{Tenant: c.Tenant, Extension: c.Extension}}
-	if ct := c.Caller.Tenant; c.Caller.Kind == b2bua.KindEndpoint && ct != "" && ct != c.Tenant {
+	k := c.Caller.Kind // a phone, or an app calling through the room service
+	if ct := c.Caller.Tenant; (k == b2bua.KindEndpoint || k == b2bua.KindMobile) && ct != "" && ct != c.Tenant {
 		out = append(out, side{Tenant: ct, Extension: c.Caller.Extension})
 	}
 	return out

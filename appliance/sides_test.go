@@ -11,6 +11,10 @@ func TestSidesOfInterTenantCall(t *testing.T) {
 	if s := sidesOf(&c); len(s) != 2 || s[0] != (side{"acme", "200"}) || s[1] != (side{"demo", "100"}) {
 		t.Errorf("inter-tenant sides %+v", s)
 	}
+	c.Caller.Kind = b2bua.KindMobile // the same call placed from demo 100's app
+	if s := sidesOf(&c); len(s) != 2 || s[1] != (side{"demo", "100"}) {
+		t.Errorf("an app's inter-tenant call: sides %+v", s)
+	}
 	c.Caller.Tenant = "acme"
 	if s := sidesOf(&c); len(s) != 1 {
 		t.Errorf("one tenant's call: sides %+v", s)

@@ -475,10 +475,21 @@ func TestDeviceCDR(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// alice's internal call to 102 is hers; a trunk caller whose number
+	// is "100" is not.
+	for i, dir := range []cdr.Direction{cdr.Internal, cdr.Inbound} {
+		r := cdr.NewRecord("acme", dir, base.Add(time.Duration(10+i)*time.Minute))
+		r.From, r.To, r.Extension = "100", "102", "102"
+		r.Finish(r.Start.Add(10*time.Second), cdr.CauseNoAnswer, 487, "")
+		if err := m.store.Commit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tok := m.login("alice", "d1")
 	var page struct {
 		Records []struct {
-			Tenant, Extension string
+			Tenant, Extension, From string
+			Direction               cdr.Direction
 		} `json:"records"`
 		Next string `json:"next_cursor"`
 	}
@@ -494,7 +505,7 @@ func TestDeviceCDR(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rec := range page.Records {
-			if rec.Tenant != "acme" || rec.Extension != "100" {
+			if rec.Tenant != "acme" || rec.Extension != "100" && (rec.From != "100" || rec.Direction != cdr.Internal) {
 				t.Fatalf("another extension's call: %+v", rec)
 			}
 			seen++
@@ -504,8 +515,8 @@ func TestDeviceCDR(t *testing.T) {
 		}
 		path = "/v1/mobile/cdr?limit=2&cursor=" + page.Next
 	}
-	if seen != 3 {
-		t.Fatalf("%d records, want 3", seen)
+	if seen != 4 {
+		t.Fatalf("%d records, want 4", seen)
 	}
 }
 

@@ -35,6 +35,11 @@ type Query struct {
 	Answered *bool
 	// Trunk and Extension match exactly.
 	Trunk, Extension string
+	// Party is an extension's own calls: those on which it was the
+	// record's extension (called, answering, or calling out on a trunk)
+	// and the internal calls it placed (from it). The device API's call
+	// history uses it.
+	Party string
 	// Limit is the page size: 0 means DefaultLimit; above MaxLimit is an
 	// error.
 	Limit int
@@ -83,6 +88,7 @@ type filter struct {
 	answered  *bool
 	trunk     string
 	extension string
+	party     string
 }
 
 func (f *filter) matches(e *Entry) bool {
@@ -101,10 +107,19 @@ func (f *filter) matches(e *Entry) bool {
 	if f.extension != "" && e.Extension != f.extension {
 		return false
 	}
+	if f.party != "" && !IsParty(e, f.party) {
+		return false
+	}
 	if f.number != "" && !strings.Contains(e.From, f.number) && !strings.Contains(e.To, f.number) && !strings.Contains(e.DID, f.number) {
 		return false
 	}
 	return true
+}
+
+// IsParty reports whether e is one of extension ext's own calls (see
+// Query.Party).
+func IsParty(e *Entry, ext string) bool {
+	return e.Extension == ext || e.Direction == Internal && e.From == ext
 }
 
 // List returns one page of records matching q, newest first across
@@ -247,7 +262,7 @@ func (s *Store) compile(q Query) (filter, int, error) {
 		return filter{}, 0, fmt.Errorf("%w: %d (1..%d)", ErrLimit, q.Limit, MaxLimit)
 	}
 	f := filter{fromMS: math.MinInt64, upper: pos{math.MaxInt64, idMax},
-		direction: q.Direction, number: q.Number, answered: q.Answered, trunk: q.Trunk, extension: q.Extension}
+		direction: q.Direction, number: q.Number, answered: q.Answered, trunk: q.Trunk, extension: q.Extension, party: q.Party}
 	if q.Direction != "" && !q.Direction.Valid() {
 		return filter{}, 0, fmt.Errorf("%w: direction %q", ErrFilter, q.Direction)
 	}
@@ -338,7 +353,7 @@ func fingerprint(q Query) [8]byte {
 	ts := slices.Clone(q.Tenants)
 	slices.Sort(ts)
 	b.WriteString(strings.Join(ts, ","))
-	for _, v := range []string{q.Tenant, string(q.Direction), q.Number, q.Trunk, q.Extension} {
+	for _, v := range []string{q.Tenant, string(q.Direction), q.Number, q.Trunk, q.Extension, q.Party} {
 		b.WriteByte(0)
 		b.WriteString(v)
 	}

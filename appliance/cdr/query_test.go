@@ -189,6 +189,9 @@ func TestListFilters(t *testing.T) {
 		{"unanswered", Query{Answered: &no}, func(r *Record) bool { return !r.Answered() }},
 		{"trunk", Query{Trunk: "beta"}, func(r *Record) bool { return r.Trunk == "beta" }},
 		{"extension", Query{Extension: "103"}, func(r *Record) bool { return r.Extension == "103" }},
+		{"party extension", Query{Party: "103"}, func(r *Record) bool { return isParty(r, "103") }},
+		{"party placed internal", Query{Party: "+15550000005"}, func(r *Record) bool { return isParty(r, "+15550000005") }},
+		{"party not from outbound", Query{Party: "+15550000004"}, func(r *Record) bool { return false }},
 		{"number long", Query{Number: "5550000042"}, func(r *Record) bool { return r.From == "+15550000042" }},
 		{"number in to", Query{Number: "6660000007"}, func(r *Record) bool { return r.To == "+16660000007" }},
 		{"number short", Query{Number: "0004"}, func(r *Record) bool { return contains(r.From, "0004") || contains(r.To, "0004") }},
@@ -219,6 +222,11 @@ func TestListFilters(t *testing.T) {
 			}
 		})
 	}
+}
+
+// isParty is Query.Party's rule, spelt out on the record.
+func isParty(r *Record, ext string) bool {
+	return r.Extension == ext || r.Direction == Internal && r.From == ext
 }
 
 func contains(s, sub string) bool { return len(sub) <= len(s) && (s == sub || indexOf(s, sub) >= 0) }

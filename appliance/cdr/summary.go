@@ -91,6 +91,9 @@ func (s *summary) match(f *filter) bool {
 	if f.extension != "" && !s.exts.mayHave(f.extension) {
 		return false
 	}
+	if f.party != "" && !s.exts.mayHave(f.party) && len(f.party) >= gramLen && !s.bloom.mayHaveAll(f.party) {
+		return false
+	}
 	if len(f.number) >= gramLen && !s.bloom.mayHaveAll(f.number) {
 		return false
 	}

@@ -132,6 +132,7 @@ func New(o Options, log *slog.Logger) (*Dispatcher, error) {
 		// Keep a connection per slot: every attempt may go to one host.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.MaxIdleConnsPerHost = d.slots
+		tr.DialContext = wireDialer(tr.DialContext) // see onTheWire
 		d.client = &http.Client{Transport: tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}

@@ -159,9 +159,7 @@ func (d *Dispatcher) attempt(ctx context.Context, j *job) result {
 	actx, cancel := context.WithTimeout(ctx, ep.timeout)
 	defer cancel()
 	if j.wrote != nil {
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-			WroteRequest: func(httptrace.WroteRequestInfo) { j.markWritten() },
-		})
+		actx = httptrace.WithClientTrace(actx, onTheWire(j.markWritten))
 	}
 	defer j.markWritten() // whatever happened, the first attempt is over
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, ep.url, bytes.NewReader(j.Body))

@@ -124,14 +124,15 @@ func (h *Handler) cdr(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	d := c.session.Device
-	q.Tenant, q.Tenants, q.Extension = d.Tenant, []string{d.Tenant}, d.Extension
+	// The extension's calls: to it, and those it placed.
+	q.Tenant, q.Tenants, q.Party = d.Tenant, []string{d.Tenant}, d.Extension
 	page, err := h.o.CallLog.List(r.Context(), q)
 	if err != nil {
 		return err
 	}
 	recs := make([]cdr.Entry, 0, len(page.Records))
 	for _, e := range page.Records { // nothing of another tenant or extension leaves
-		if e.Tenant == d.Tenant && e.Extension == d.Extension {
+		if e.Tenant == d.Tenant && cdr.IsParty(&e, d.Extension) {
 			recs = append(recs, e)
 		}
 	}
