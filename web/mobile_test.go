@@ -477,10 +477,10 @@ func TestDeviceCDR(t *testing.T) {
 	}
 	// alice's internal call to 102 is hers; a trunk caller whose number
 	// is "100" is not.
-	for i, dir := range []cdr.Direction{cdr.Internal, cdr.Inbound} {
+	for i, dir := range []calls.Direction{calls.DirectionInternal, calls.DirectionInbound} {
 		r := cdr.NewRecord("acme", dir, base.Add(time.Duration(10+i)*time.Minute))
 		r.From, r.To, r.Extension = "100", "102", "102"
-		r.Finish(r.Start.Add(10*time.Second), cdr.CauseNoAnswer, 487, "")
+		r.Finish(r.Start.Add(10*time.Second), calls.CauseNoAnswer, 487, "")
 		if err := m.store.Commit(r); err != nil {
 			t.Fatal(err)
 		}
@@ -489,7 +489,7 @@ func TestDeviceCDR(t *testing.T) {
 	var page struct {
 		Records []struct {
 			Tenant, Extension, From string
-			Direction               cdr.Direction
+			Direction               calls.Direction
 		} `json:"records"`
 		Next string `json:"next_cursor"`
 	}
@@ -505,7 +505,7 @@ func TestDeviceCDR(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rec := range page.Records {
-			if rec.Tenant != "acme" || rec.Extension != "100" && (rec.From != "100" || rec.Direction != cdr.Internal) {
+			if rec.Tenant != "acme" || rec.Extension != "100" && (rec.From != "100" || rec.Direction != calls.DirectionInternal) {
 				t.Fatalf("another extension's call: %+v", rec)
 			}
 			seen++

@@ -119,7 +119,7 @@ func (f *filter) matches(e *Entry) bool {
 // IsParty reports whether e is one of extension ext's own calls (see
 // Query.Party).
 func IsParty(e *Entry, ext string) bool {
-	return e.Extension == ext || e.Direction == Internal && e.From == ext
+	return e.Extension == ext || e.Direction == calls.DirectionInternal && e.From == ext
 }
 
 // List returns one page of records matching q, newest first across

@@ -226,7 +226,7 @@ func TestListFilters(t *testing.T) {
 
 // isParty is Query.Party's rule, spelt out on the record.
 func isParty(r *Record, ext string) bool {
-	return r.Extension == ext || r.Direction == Internal && r.From == ext
+	return r.Extension == ext || r.Direction == calls.DirectionInternal && r.From == ext
 }
 
 func contains(s, sub string) bool { return len(sub) <= len(s) && (s == sub || indexOf(s, sub) >= 0) }
