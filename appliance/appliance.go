@@ -242,7 +242,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			return nil, err
 		}
 	}
-	mo := mobile.Options{Blocks: mobile.BlocksOf(cfg), Devices: opts.Devices, Webhooks: opts.Webhooks}
+	mo := mobile.Options{Blocks: mobile.BlocksOf(cfg), Devices: opts.Devices, Webhooks: opts.Webhooks, GrantTTL: grantTTLTestKnob()}
 	if mo.Devices == nil && a.devices != nil {
 		mo.Devices = a.devices
 	}

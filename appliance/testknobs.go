@@ -17,7 +17,19 @@ const (
 	// envDNS names a DNS server (host:port) the trunks' address discovery
 	// asks instead of the system's, so a test can serve SRV records.
 	envDNS = "PBX_TEST_DNS"
+	// envGrantTTL shortens the life of an app's call grant (60 s) so a
+	// test sees one expire.
+	envGrantTTL = "PBX_TEST_GRANT_TTL"
 )
+
+// grantTTLTestKnob is the call grant life the environment sets for tests;
+// zero (the default) otherwise.
+func grantTTLTestKnob() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(envGrantTTL)); err == nil && d > 0 {
+		return d
+	}
+	return 0
+}
 
 // sessionMinSETestKnob is the Min-SE the environment sets for tests; zero
 // (the b2bua default) otherwise.

@@ -529,10 +529,12 @@ func (m *mobileRig) grantOf(t *testing.T, room string) string {
 // TestMobileAppCallAndGrants: alice's app places a call to carol (102)
 // over HTTP; the room service's bridge dials the PBX with X-Pbx-Token and
 // the call reaches carol's SIPp as from 100. The bridge's grant replayed,
-// a grant presented for another number and a grant issued before a
-// restart are each refused with 403 and counted as authentication
-// failures.
+// a grant presented for another number, one presented after its life
+// (shortened to 2 s by PBX_TEST_GRANT_TTL) and one issued before a restart
+// are each refused with 403 and counted as authentication failures.
 func TestMobileAppCallAndGrants(t *testing.T) {
+	const grantTTL = 2 * time.Second
+	t.Setenv("PBX_TEST_GRANT_TTL", grantTTL.String())
 	m := startMobileRig(t)
 	alice := deviceLogin(t, m.p, "alice", "alice-secret", "alice-phone")
 	dir := scenarioDir(t, map[string]string{"carol.csv": credentials("carol")})
@@ -599,8 +601,12 @@ func TestMobileAppCallAndGrants(t *testing.T) {
 	m.rs.Bridge.SetPBX(sink.LocalAddr().(*net.UDPAddr).AddrPort())
 	room2, _, _ := placeCall(t, m.p, alice, "102")
 	m.refuseGrant(t, dir, "another-number", "101", m.grantOf(t, room2))
-	if n := m.authFailures(t) - before; n != 2 {
-		t.Fatalf("%d authentication failures counted for 2 refused grants", n)
+	room4, _, _ := placeCall(t, m.p, alice, "102")
+	grant4 := m.grantOf(t, room4)
+	time.Sleep(grantTTL + 500*time.Millisecond) // the grant's life, and some
+	m.refuseGrant(t, dir, "expired", "102", grant4)
+	if n := m.authFailures(t) - before; n != 3 {
+		t.Fatalf("%d authentication failures counted for 3 refused grants", n)
 	}
 	room3, _, _ := placeCall(t, m.p, alice, "102")
 	grant3 := m.grantOf(t, room3)

@@ -30,6 +30,7 @@ type Grants struct {
 	mu  sync.Mutex
 	m   map[string]Grant
 	now func() time.Time
+	ttl time.Duration
 }
 
 // NewGrants returns an empty store; now nil means time.Now.
@@ -37,10 +38,11 @@ func NewGrants(now func() time.Time) *Grants {
 	if now == nil {
 		now = time.Now
 	}
-	return &Grants{m: map[string]Grant{}, now: now}
+	return &Grants{m: map[string]Grant{}, now: now, ttl: GrantTTL}
 }
 
-// Mint stores g (its Expires set to now plus GrantTTL) under a fresh
+// Mint stores g (its Expires set to now plus GrantTTL, or the service's
+// Options.GrantTTL) under a fresh
 // random token and returns the token.
 func (s *Grants) Mint(g Grant) (string, Grant) {
 	var b [32]byte
@@ -49,7 +51,7 @@ func (s *Grants) Mint(g Grant) (string, Grant) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	g.Expires = now.Add(GrantTTL)
+	g.Expires = now.Add(s.ttl)
 	s.sweep(now)
 	s.m[tok] = g
 	return tok, g

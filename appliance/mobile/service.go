@@ -37,6 +37,8 @@ type Options struct {
 	DeleteDelay time.Duration
 	// RingWait overrides RingWait (tests); 0: the default.
 	RingWait time.Duration
+	// GrantTTL overrides GrantTTL (tests); 0: the default.
+	GrantTTL time.Duration
 }
 
 // Service is the mobile side of calls: offers toward apps (Offer and the
@@ -76,8 +78,12 @@ func New(opts Options, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	grants := NewGrants(opts.Now)
+	if opts.GrantTTL > 0 {
+		grants.ttl = opts.GrantTTL
+	}
 	return &Service{
-		opts: opts, log: log, grants: NewGrants(opts.Now),
+		opts: opts, log: log, grants: grants,
 		clients: map[*config.RoomService]*Client{},
 		rooms:   map[string]roomEntry{},
 		offers:  map[b2bua.CallID]*offer{},
