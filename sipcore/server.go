@@ -342,6 +342,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 			return
 		}
 		h(req, stx)
+		if releasesRequest(method) {
+			releaseRequest(req)
+		}
 	}
 	if method == sip.OPTIONS {
 		s.mu.Lock()

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -169,9 +171,25 @@ func BenchmarkUDPRegisterRetainedHeap(b *testing.B) {
 		if open := e.srv.Stats().OpenTransactions; open < n/2 {
 			b.Fatalf("only %d transactions open after %s: measure while they linger", open, time.Since(start))
 		}
+		if path := os.Getenv("PBX_LINGER_HEAP_PROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		per := float64(int64(after)-int64(before)) / n
 		b.ReportMetric(per, "B/tx")
 		b.Logf("%d transactions: live heap %d -> %d bytes, %.0f B each", n, before, after, per)
+	}
+}
+
+// writeHeapProfile writes the live heap to path (set
+// PBX_LINGER_HEAP_PROFILE to see what lingering transactions hold).
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
 	}
 }
 
