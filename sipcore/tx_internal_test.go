@@ -50,3 +50,24 @@ func TestReleaseRequestDropsHeaders(t *testing.T) {
 		t.Fatal("only REGISTER requests are released")
 	}
 }
+
+// TestHeaderLookupMatchesSipgo: Header and Headers find what sipgo's
+// GetHeader and GetHeaders find, whatever the case of the name, without
+// allocating for a lookup by header name.
+func TestHeaderLookupMatchesSipgo(t *testing.T) {
+	res := sip.NewResponse(sip.StatusOK, "OK")
+	res.AppendHeader(sip.NewHeader("Expires", "60"))
+	res.AppendHeader(sip.NewHeader("Require", "a"))
+	res.AppendHeader(sip.NewHeader("require", "b"))
+	for _, name := range []string{"Require", "REQUIRE", "Expires", "Server"} {
+		if got, want := Header(res, name), res.GetHeader(name); got != want {
+			t.Fatalf("Header(%q) = %v, sipgo %v", name, got, want)
+		}
+		if got, want := Headers(res, name), res.GetHeaders(name); len(got) != len(want) {
+			t.Fatalf("Headers(%q) = %v, sipgo %v", name, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { Header(res, "Server") }); n != 0 {
+		t.Fatalf("Header allocates %.0f times", n)
+	}
+}

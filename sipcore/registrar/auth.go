@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore"
 )
 
 // Account is what the Directory knows about a SIP user.
@@ -242,7 +244,7 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if proxy {
 		name = "Proxy-Authorization"
 	}
-	hdrs := req.GetHeaders(name)
+	hdrs := sipcore.Headers(req, name)
 	if len(hdrs) == 0 {
 		return Result{Outcome: Challenged}
 	}

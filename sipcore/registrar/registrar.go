@@ -297,14 +297,14 @@ type change struct {
 func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Response {
 	now := r.now()
 	hdrExpires := time.Duration(-1)
-	if h := req.GetHeader("Expires"); h != nil {
+	if h := sipcore.Header(req, "Expires"); h != nil {
 		v, err := ParseExpires(h.Value())
 		if err != nil {
 			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Expires", nil)
 		}
 		hdrExpires = v
 	}
-	contacts := req.GetHeaders("Contact")
+	contacts := sipcore.Headers(req, "Contact")
 	if len(contacts) > maxContactsPerRequest {
 		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
 	}
@@ -373,7 +373,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 	}
 	ua := ""
-	if h := req.GetHeader("User-Agent"); h != nil {
+	if h := sipcore.Header(req, "User-Agent"); h != nil {
 		ua = h.Value()
 	}
 
