@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -128,6 +129,10 @@ type Auth struct {
 
 	shardCap int
 	shards   [ncShards]ncShard
+
+	// macs reuses the nonce HMACs (keyed with secret): one is computed
+	// for every challenge and every credential checked.
+	macs sync.Pool
 }
 
 const ncShards = 32
@@ -209,7 +214,13 @@ func (a *Auth) newNonce(realm string) string {
 }
 
 func (a *Auth) mac(prefix []byte, realm string, out []byte) {
-	m := hmac.New(sha256.New, a.secret)
+	m, _ := a.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, a.secret)
+	} else {
+		m.Reset()
+	}
+	defer a.macs.Put(m)
 	m.Write(prefix)
 	m.Write([]byte(strings.ToLower(realm)))
 	var sum [32]byte
