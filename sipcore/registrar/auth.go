@@ -280,7 +280,9 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 		// Credentials for another realm: offer ours.
 		return Result{Outcome: Challenged}
 	}
-	res := Result{Username: cred.Username}
+	// A copy: the parsed value is a slice of the whole header, and hooks
+	// may keep the name (the guard counts failures per account).
+	res := Result{Username: strings.Clone(cred.Username)}
 	valid, expires, key := a.checkNonce(cred.Nonce, realm)
 	if !valid {
 		res.Outcome = Challenged

@@ -31,7 +31,8 @@ type Credentials struct {
 // ParseCredentials parses a Digest credentials header value
 // (`Digest username="a", realm="b", ...`). Unknown parameters are ignored;
 // a repeated parameter, an unterminated quoted string or a bad nc is an
-// error wrapping ErrMalformedCredentials.
+// error wrapping ErrMalformedCredentials. Values without escapes are slices
+// of v, not copies.
 func ParseCredentials(v string) (Credentials, error) {
 	var c Credentials
 	if len(v) > maxCredentialsLen {
@@ -58,7 +59,11 @@ func ParseCredentials(v string) (Credentials, error) {
 		}
 		rest = strings.TrimLeft(rest[eq+1:], " \t")
 		var val string
-		if strings.HasPrefix(rest, `"`) {
+		if q := quotedEnd(rest); q > 0 {
+			// No escapes: the value is a slice of the header, no copy.
+			val = rest[1:q]
+			rest = rest[q+1:]
+		} else if strings.HasPrefix(rest, `"`) {
 			var b strings.Builder
 			i := 1
 			closed := false
@@ -132,6 +137,23 @@ func ParseCredentials(v string) (Credentials, error) {
 		return c, fmt.Errorf("%w: missing username, nonce, uri or response", ErrMalformedCredentials)
 	}
 	return c, nil
+}
+
+// quotedEnd returns the index of the closing quote of the quoted string
+// rest starts with when it holds no backslash before it, else 0.
+func quotedEnd(rest string) int {
+	if !strings.HasPrefix(rest, `"`) {
+		return 0
+	}
+	for i := 1; i < len(rest); i++ {
+		switch rest[i] {
+		case '"':
+			return i
+		case '\\':
+			return 0
+		}
+	}
+	return 0
 }
 
 // Algorithm names.

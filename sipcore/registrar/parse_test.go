@@ -379,3 +379,17 @@ func TestContactValueAsSipgoWritesIt(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCredentialsCopiesNothing: quoted values without escapes are taken
+// from the header as they are; parsing a REGISTER's credentials allocates
+// nothing (it runs for every authenticated request).
+func TestParseCredentialsCopiesNothing(t *testing.T) {
+	in := `Digest username="alice", realm="acme.example", nonce="abc", uri="sip:acme.example", response="0123", algorithm=MD5, cnonce="xyz", qop=auth, nc=0000000a`
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := ParseCredentials(in); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("ParseCredentials allocates %.0f times", n)
+	}
+}
