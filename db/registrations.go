@@ -44,13 +44,17 @@ func (r *Registrations) SaveBindings(put []registrar.Binding, remove []string) e
 	if len(put) == 0 && len(remove) == 0 {
 		return nil
 	}
+	// The values share one growing buffer; each keeps its own bytes for the
+	// whole transaction, as bbolt requires.
 	vals := make([][]byte, len(put))
+	buf := make([]byte, 0, 400*len(put)) // a typical binding is 300-400 bytes
 	for i, b := range put {
-		v, err := json.Marshal(b)
-		if err != nil {
+		start := len(buf)
+		var err error
+		if buf, err = appendBinding(buf, b); err != nil {
 			return fmt.Errorf("encode registration: %w", err)
 		}
-		vals[i] = v
+		vals[i] = buf[start:len(buf):len(buf)]
 	}
 	err := r.d.bolt.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketRegistrations)

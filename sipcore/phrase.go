@@ -77,7 +77,7 @@ func UnsupportedRequire(req *sip.Request) []string {
 		return nil
 	}
 	var out []string
-	for _, h := range req.GetHeaders("Require") {
+	for _, h := range Headers(req, "Require") {
 		for _, tag := range strings.Split(h.Value(), ",") {
 			tag = strings.TrimSpace(tag)
 			if tag == "" || containsFold(Supported, tag) || containsFold(out, tag) {

@@ -342,6 +342,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 			return
 		}
 		h(req, stx)
+		if releasesRequest(method) {
+			releaseRequest(req)
+		}
 	}
 	if method == sip.OPTIONS {
 		s.mu.Lock()
@@ -425,7 +428,7 @@ func (s *Server) UserAgentHeader() sip.Header {
 
 // DecorateResponse adds the Server header to res unless present or disabled.
 func (s *Server) DecorateResponse(res *sip.Response) {
-	if s.userAgent == "" || res.GetHeader("Server") != nil {
+	if s.userAgent == "" || Header(res, "Server") != nil {
 		return
 	}
 	res.AppendHeader(sip.NewHeader("Server", s.userAgent))
@@ -434,7 +437,7 @@ func (s *Server) DecorateResponse(res *sip.Response) {
 // DecorateRequest adds the User-Agent header to req unless present or
 // disabled.
 func (s *Server) DecorateRequest(req *sip.Request) {
-	if s.userAgent == "" || req.GetHeader("User-Agent") != nil {
+	if s.userAgent == "" || Header(req, "User-Agent") != nil {
 		return
 	}
 	req.AppendHeader(sip.NewHeader("User-Agent", s.userAgent))

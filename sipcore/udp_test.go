@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -274,5 +275,39 @@ func TestWrongSIPVersionOverTCPAnswered505(t *testing.T) {
 			t.Fatalf("VersionRejected = %d", s.Stats().VersionRejected)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRegisterRetransmissionAfterRelease: once the REGISTER handler returned
+// its request is released (releaseRequest), and a retransmission is still
+// absorbed by the lingering transaction: answered with the same 200,
+// without calling the handler again.
+func TestRegisterRetransmissionAfterRelease(t *testing.T) {
+	var calls atomic.Int32
+	s, addr := udpServer(t, sipcore.Options{}, func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			calls.Add(1)
+			res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+			res.AppendHeader(sip.NewHeader("Contact", "<sip:probe@127.0.0.1>;expires=600"))
+			_ = tx.Respond(res)
+		})
+	})
+	c := udpClient(t)
+	msg := sipRequest("REGISTER", "SIP/2.0", "rel", local(c), "")
+	first := send(t, c, addr, msg, 5*time.Second)
+	if statusOf(first) != "SIP/2.0 200 OK" {
+		t.Fatalf("REGISTER: %q", first)
+	}
+	for i := range 3 {
+		again := send(t, c, addr, msg, 5*time.Second)
+		if again != first {
+			t.Fatalf("retransmission %d answered\n%s\nnot\n%s", i, again, first)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+	if n := s.Stats().OpenTransactions; n != 1 {
+		t.Fatalf("OpenTransactions = %d, want the lingering one", n)
 	}
 }

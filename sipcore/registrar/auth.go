@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"github.com/emiago/sipgo/sip"
+
+	"pbx/sipcore"
 )
 
 // Account is what the Directory knows about a SIP user.
@@ -126,6 +129,10 @@ type Auth struct {
 
 	shardCap int
 	shards   [ncShards]ncShard
+
+	// macs reuses the nonce HMACs (keyed with secret): one is computed
+	// for every challenge and every credential checked.
+	macs sync.Pool
 }
 
 const ncShards = 32
@@ -207,7 +214,13 @@ func (a *Auth) newNonce(realm string) string {
 }
 
 func (a *Auth) mac(prefix []byte, realm string, out []byte) {
-	m := hmac.New(sha256.New, a.secret)
+	m, _ := a.macs.Get().(hash.Hash)
+	if m == nil {
+		m = hmac.New(sha256.New, a.secret)
+	} else {
+		m.Reset()
+	}
+	defer a.macs.Put(m)
 	m.Write(prefix)
 	m.Write([]byte(strings.ToLower(realm)))
 	var sum [32]byte
@@ -242,7 +255,7 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if proxy {
 		name = "Proxy-Authorization"
 	}
-	hdrs := req.GetHeaders(name)
+	hdrs := sipcore.Headers(req, name)
 	if len(hdrs) == 0 {
 		return Result{Outcome: Challenged}
 	}
@@ -267,7 +280,9 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 		// Credentials for another realm: offer ours.
 		return Result{Outcome: Challenged}
 	}
-	res := Result{Username: cred.Username}
+	// A copy: the parsed value is a slice of the whole header, and hooks
+	// may keep the name (the guard counts failures per account).
+	res := Result{Username: strings.Clone(cred.Username)}
 	valid, expires, key := a.checkNonce(cred.Nonce, realm)
 	if !valid {
 		res.Outcome = Challenged

@@ -31,7 +31,8 @@ type Credentials struct {
 // ParseCredentials parses a Digest credentials header value
 // (`Digest username="a", realm="b", ...`). Unknown parameters are ignored;
 // a repeated parameter, an unterminated quoted string or a bad nc is an
-// error wrapping ErrMalformedCredentials.
+// error wrapping ErrMalformedCredentials. Values without escapes are slices
+// of v, not copies.
 func ParseCredentials(v string) (Credentials, error) {
 	var c Credentials
 	if len(v) > maxCredentialsLen {
@@ -58,7 +59,11 @@ func ParseCredentials(v string) (Credentials, error) {
 		}
 		rest = strings.TrimLeft(rest[eq+1:], " \t")
 		var val string
-		if strings.HasPrefix(rest, `"`) {
+		if q := quotedEnd(rest); q > 0 {
+			// No escapes: the value is a slice of the header, no copy.
+			val = rest[1:q]
+			rest = rest[q+1:]
+		} else if strings.HasPrefix(rest, `"`) {
 			var b strings.Builder
 			i := 1
 			closed := false
@@ -134,6 +139,23 @@ func ParseCredentials(v string) (Credentials, error) {
 	return c, nil
 }
 
+// quotedEnd returns the index of the closing quote of the quoted string
+// rest starts with when it holds no backslash before it, else 0.
+func quotedEnd(rest string) int {
+	if !strings.HasPrefix(rest, `"`) {
+		return 0
+	}
+	for i := 1; i < len(rest); i++ {
+		switch rest[i] {
+		case '"':
+			return i
+		case '\\':
+			return 0
+		}
+	}
+	return 0
+}
+
 // Algorithm names.
 const (
 	AlgMD5    = "MD5"
@@ -153,25 +175,59 @@ func newHash(alg string) (hash.Hash, bool) {
 // DigestResponse computes the expected response (RFC 2617 / RFC 7616 with
 // qop=auth, or without qop) as lower-case hex.
 func DigestResponse(alg, username, realm, password, method, uri, nonce, qop string, nc uint32, cnonce string) (string, bool) {
-	h, ok := newHash(alg)
-	if !ok {
+	sha := false
+	switch strings.ToUpper(alg) {
+	case "", AlgMD5:
+	case AlgSHA256:
+		sha = true
+	default:
 		return "", false
 	}
-	var sum [64]byte
-	hexOf := func(parts ...string) string {
-		h.Reset()
-		for i, p := range parts {
-			if i > 0 {
-				h.Write([]byte{':'})
-			}
-			h.Write([]byte(p))
+	// The hashed texts are joined in one buffer and the hex digests kept in
+	// arrays, hashed by the package functions (no hash.Hash interface for
+	// the buffers to escape through): this runs for every authenticated
+	// request.
+	var buf [512]byte
+	var ha1, ha2, out [2 * sha256.Size]byte
+	a1 := hexDigest(&ha1, sha, join(buf[:0], username, realm, password))
+	a2 := hexDigest(&ha2, sha, join(buf[:0], method, uri))
+	b := append(append(append(buf[:0], a1...), ':'), nonce...)
+	if qop != "" {
+		b = append(b, ':')
+		b = appendHex8(b, nc)
+		b = append(append(append(append(b, ':'), cnonce...), ':'), qop...)
+	}
+	b = append(append(b, ':'), a2...)
+	return string(hexDigest(&out, sha, b)), true
+}
+
+// hexDigest writes the MD5 or SHA-256 of text to dst in lower-case hex and
+// returns that part of dst.
+func hexDigest(dst *[2 * sha256.Size]byte, sha bool, text []byte) []byte {
+	if sha {
+		sum := sha256.Sum256(text)
+		return dst[:hex.Encode(dst[:], sum[:])]
+	}
+	sum := md5.Sum(text)
+	return dst[:hex.Encode(dst[:], sum[:])]
+}
+
+// join appends parts to b separated by colons.
+func join(b []byte, parts ...string) []byte {
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, ':')
 		}
-		return hex.EncodeToString(h.Sum(sum[:0]))
+		b = append(b, p...)
 	}
-	ha1 := hexOf(username, realm, password)
-	ha2 := hexOf(method, uri)
-	if qop == "" {
-		return hexOf(ha1, nonce, ha2), true
+	return b
+}
+
+// appendHex8 appends n as eight lower-case hex digits (the nc of RFC 2617).
+func appendHex8(b []byte, n uint32) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 28; shift >= 0; shift -= 4 {
+		b = append(b, digits[(n>>uint(shift))&0xf])
 	}
-	return hexOf(ha1, nonce, fmt.Sprintf("%08x", nc), cnonce, qop, ha2), true
+	return b
 }

@@ -347,3 +347,49 @@ func TestProxyChallengeOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestContactValueAsSipgoWritesIt: the Contact values a 200 lists, kept as
+// text, are what the parsed ContactHeader they replace wrote, for contacts
+// as phones send them (parameters, IPv6, user=phone, an instance id).
+func TestContactValueAsSipgoWritesIt(t *testing.T) {
+	for _, c := range []struct{ contact, instance string }{
+		{"<sip:alice@10.0.0.1:5070;transport=udp>", ""},
+		{"<sip:alice@10.0.0.1;transport=tcp;ob>", `<urn:uuid:00000000-0000-1000-8000-000A95A0E128>`},
+		{"<sips:+12125550100@[2001:db8::1]:5061;user=phone>", ""},
+		{`"Alice" <sip:alice@host.example;rinstance=abc;x-a=1>`, "<urn:uuid:a b>"},
+		{"sip:bob@192.0.2.4", ""},
+	} {
+		var ch sip.ContactHeader
+		if _, err := sip.ParseAddressValue(c.contact, &ch.Address, &ch.Params); err != nil {
+			t.Fatalf("%s: %v", c.contact, err)
+		}
+		b := Binding{Contact: ch.Address.String(), InstanceID: c.instance}
+		// What the 200 listed before: the URI parsed again, with parameters.
+		var u sip.Uri
+		if err := sip.ParseUri(b.Contact, &u); err != nil {
+			t.Fatal(err)
+		}
+		want := &sip.ContactHeader{Address: u}
+		want.Params.Add("expires", "597")
+		if b.InstanceID != "" {
+			want.Params.Add("+sip.instance", b.InstanceID)
+		}
+		if got := contactValue(b, 597); got != want.Value() {
+			t.Fatalf("contact %s: %q, sipgo writes %q", c.contact, got, want.Value())
+		}
+	}
+}
+
+// TestParseCredentialsCopiesNothing: quoted values without escapes are taken
+// from the header as they are; parsing a REGISTER's credentials allocates
+// nothing (it runs for every authenticated request).
+func TestParseCredentialsCopiesNothing(t *testing.T) {
+	in := `Digest username="alice", realm="acme.example", nonce="abc", uri="sip:acme.example", response="0123", algorithm=MD5, cnonce="xyz", qop=auth, nc=0000000a`
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := ParseCredentials(in); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("ParseCredentials allocates %.0f times", n)
+	}
+}

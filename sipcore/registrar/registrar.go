@@ -297,14 +297,14 @@ type change struct {
 func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Response {
 	now := r.now()
 	hdrExpires := time.Duration(-1)
-	if h := req.GetHeader("Expires"); h != nil {
+	if h := sipcore.Header(req, "Expires"); h != nil {
 		v, err := ParseExpires(h.Value())
 		if err != nil {
 			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Expires", nil)
 		}
 		hdrExpires = v
 	}
-	contacts := req.GetHeaders("Contact")
+	contacts := sipcore.Headers(req, "Contact")
 	if len(contacts) > maxContactsPerRequest {
 		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
 	}
@@ -373,7 +373,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 	}
 	ua := ""
-	if h := req.GetHeader("User-Agent"); h != nil {
+	if h := sipcore.Header(req, "User-Agent"); h != nil {
 		ua = h.Value()
 	}
 
@@ -492,20 +492,38 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 
 	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
 	for _, b := range next {
-		var u sip.Uri
-		if err := sip.ParseUri(b.Contact, &u); err != nil {
-			continue
-		}
-		ch := &sip.ContactHeader{Address: u}
 		secs := int(b.Expires.Sub(now).Round(time.Second) / time.Second)
-		ch.Params.Add("expires", strconv.Itoa(max(secs, 0)))
-		if b.InstanceID != "" {
-			ch.Params.Add("+sip.instance", b.InstanceID)
-		}
-		res.AppendHeader(ch)
+		res.AppendHeader(sip.NewHeader("Contact", contactValue(b, max(secs, 0))))
 	}
 	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT")))
 	return res
+}
+
+// contactValue is the Contact header value a 200 lists for b: the contact
+// URI in angle brackets with its expires and +sip.instance parameters,
+// written as sipgo writes a ContactHeader (a parameter value holding a space
+// or tab quoted). It is kept as text, not a parsed header: the 200 stays in
+// memory with its transaction while it lingers to answer retransmissions,
+// and a parsed URI with its parameters costs several times its text.
+// b.Contact is itself the text of a parsed URI (Binding.Contact).
+func contactValue(b Binding, expires int) string {
+	var sb strings.Builder
+	sb.Grow(len(b.Contact) + len(b.InstanceID) + 40)
+	sb.WriteByte('<')
+	sb.WriteString(b.Contact)
+	sb.WriteString(">;expires=")
+	sb.WriteString(strconv.Itoa(expires))
+	if b.InstanceID != "" {
+		sb.WriteString(";+sip.instance=")
+		if strings.ContainsAny(b.InstanceID, " \t") {
+			sb.WriteByte('"')
+			sb.WriteString(b.InstanceID)
+			sb.WriteByte('"')
+		} else {
+			sb.WriteString(b.InstanceID)
+		}
+	}
+	return sb.String()
 }
 
 // ParseExpires parses an Expires header or contact parameter value
