@@ -749,7 +749,9 @@ func TestSessionStatsAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if es := e.Stats(); es.Sessions != 0 || es.Legs != 0 || es.PortsInUse != 0 || es.PortsQuarantined != 2 {
+	// Both released ports rest; so may ports that another process (a
+	// package tested in parallel) held when the pool tried them.
+	if es := e.Stats(); es.Sessions != 0 || es.Legs != 0 || es.PortsInUse != 0 || es.PortsQuarantined < 2 {
 		t.Errorf("engine stats after close %+v", es)
 	}
 	// The socket is really closed: the port can be bound again.
