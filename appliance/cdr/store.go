@@ -85,6 +85,7 @@ type Store struct {
 	cache *dayCache
 
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
+	spares       spares      // files of removed markers, reused for new ones
 
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
@@ -224,7 +225,17 @@ func (s *Store) writeMarker(n *Record) error {
 	// the caller's 200 OK, and a killed process loses nothing the kernel holds.
 	// Against a power cut, Run syncs the file system behind written markers
 	// every MarkerSyncInterval, one syscall for every marker in between.
-	if err := writeAtomicSync(filepath.Join(dir, string(n.ID)+recordExt), append(data, '\n'), false); err != nil {
+	path := filepath.Join(dir, string(n.ID)+recordExt)
+	data = append(data, '\n')
+	if p := s.spares.take(dir); p != "" {
+		ok := writeInto(p, path, data)
+		s.spares.settle(dir, p, false)
+		if ok {
+			s.markersDirty.Store(true)
+			return nil
+		}
+	}
+	if err := writeAtomicSync(path, data, false); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
 	s.markersDirty.Store(true)
@@ -331,7 +342,7 @@ func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 	if err := s.step("unmark", marker); err != nil {
 		return fmt.Errorf("remove marker %s: %w", n.ID, err)
 	}
-	if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := s.spares.removeMarker(marker); err != nil {
 		return fmt.Errorf("remove marker %s: %w", n.ID, err)
 	}
 	return nil
