@@ -86,6 +86,7 @@ type Store struct {
 
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
 	spares       spares      // files of removed markers, reused for new ones
+	dirSyncs     dirSyncs    // grouped fsyncs of day directories after commits
 
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
@@ -235,7 +236,7 @@ func (s *Store) writeMarker(n *Record) error {
 			return nil
 		}
 	}
-	if err := writeAtomicSync(path, data, false); err != nil {
+	if err := writeAtomicSync(path, data, false, nil); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
 	s.markersDirty.Store(true)
@@ -264,7 +265,8 @@ func (s *Store) syncMarkers() error {
 
 // Commit writes the final record of a call, answered or not: one write of
 // <id>.json.tmp in the day directory, one fsync, one rename to <id>.json, an
-// fsync of the directory, then one index line appended to the day's
+// fsync of the directory (shared with the commits running at the same
+// time, dirsync.go), then one index line appended to the day's
 // index.jsonl, then the in-flight marker (if any) removed. The index line is
 // appended before the marker goes so that a crash between the two leaves a
 // marker whose record is committed, which recovery repairs; a crash after
@@ -360,7 +362,7 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
-	if err := writeAtomic(final, append(data, '\n')); err != nil {
+	if err := writeAtomicSync(final, append(data, '\n'), true, &s.dirSyncs); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	return nil
@@ -413,12 +415,13 @@ func (s *Store) appendIndex(dir string, lines []byte) error {
 // writeAtomic writes data to path through path+".tmp": write, fsync,
 // rename, fsync of the directory.
 func writeAtomic(path string, data []byte) error {
-	return writeAtomicSync(path, data, true)
+	return writeAtomicSync(path, data, true, nil)
 }
 
 // writeAtomicSync writes data beside path and renames it into place; with
-// durable it fsyncs the file before the rename and the directory after.
-func writeAtomicSync(path string, data []byte, durable bool) error {
+// durable it fsyncs the file before the rename and the directory after,
+// through ds (grouped with concurrent writers) when not nil.
+func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error {
 	tmp := path + tmpExt
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
 	if err != nil {
@@ -446,6 +449,9 @@ func writeAtomicSync(path string, data []byte, durable bool) error {
 	}
 	if !durable {
 		return nil
+	}
+	if ds != nil {
+		return ds.sync(filepath.Dir(path))
 	}
 	return syncDir(filepath.Dir(path))
 }
