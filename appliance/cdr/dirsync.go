@@ -17,6 +17,10 @@ type dirSyncs struct {
 }
 
 type dirSync struct {
+	// ns serialises the creations and renames of commits in the directory:
+	// concurrent ones contend on the directory's lock in the kernel, which
+	// spins for it on another CPU; waiting here costs none.
+	ns      sync.Mutex
 	mu      sync.Mutex
 	cond    sync.Cond
 	want    uint64 // renames asking for a sync, numbered

@@ -423,7 +423,15 @@ func writeAtomic(path string, data []byte) error {
 // through ds (grouped with concurrent writers) when not nil.
 func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error {
 	tmp := path + tmpExt
+	var ns *sync.Mutex
+	if ds != nil {
+		ns = &ds.of(filepath.Dir(path)).ns
+		ns.Lock()
+	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	if ns != nil {
+		ns.Unlock()
+	}
 	if err != nil {
 		return err
 	}
@@ -443,7 +451,14 @@ func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if ns != nil {
+		ns.Lock()
+	}
+	err = os.Rename(tmp, path)
+	if ns != nil {
+		ns.Unlock()
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
