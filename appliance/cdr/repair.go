@@ -407,6 +407,9 @@ func (r *repairer) markerFiles(marks []marker) error {
 			r.act(ActPromoted, filepath.Join(d.dir, string(n.ID)+recordExt), m.id, detail)
 		}
 	}
+	if !r.dry {
+		r.s.spares.drop(r.s.inflightDir(r.tenant))
+	}
 	return nil
 }
 

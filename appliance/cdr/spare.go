@@ -141,3 +141,19 @@ func (sp *spares) removeMarker(path string) error {
 	}
 	return nil
 }
+
+// drop removes the ready spares of dir from disk, so that recovery, which
+// promotes markers through the commit path, leaves only markers behind.
+// A commit parking a marker meanwhile is no harm: a spare holds no data
+// anyone needs, and one found missing is written the ordinary way.
+func (sp *spares) drop(dir string) {
+	sp.mu.Lock()
+	sd := sp.dir(dir)
+	ready := sd.ready
+	sd.ready = nil
+	sd.idle = append(sd.idle, ready...)
+	sp.mu.Unlock()
+	for _, p := range ready {
+		os.Remove(p)
+	}
+}
