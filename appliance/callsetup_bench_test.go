@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -88,22 +89,27 @@ spec:
 	return ps
 }
 
-// call places one whole call from p's caller to its callee.
-func (p phonePair) call(b *testing.B) {
+// call places one whole call from p's caller to its callee and returns
+// its setup time: from the first INVITE leaving to the 200 arriving (the
+// 407 round trip included).
+func (p phonePair) call(b *testing.B) time.Duration {
 	ctx := context.Background()
+	t0 := time.Now()
 	c := p.caller.Dial(ctx, p.to)
 	in := <-p.callee.Incoming()
 	<-c.Done()
+	setup := time.Since(t0)
 	if s, err := c.Final(); s != 200 {
 		b.Errorf("final %d: %v", s, err)
-		return
+		return setup
 	}
 	<-in.Answered()
 	if err := c.Hangup(ctx); err != nil {
 		b.Error(err)
-		return
+		return setup
 	}
 	<-in.Ended()
+	return setup
 }
 
 // discard is an io.Writer that drops everything (the handler still formats).
@@ -125,8 +131,10 @@ func cpuTime(tb testing.TB) (user, sys time.Duration) {
 // answers (media anchored: the PBX allocates a port pair per leg), ACK,
 // BYE, with call records off and on, one call at a time and eight at once.
 // It reports the CPU time of the process per call (the phones run in the
-// same process, so this includes their share, the same in both) and the
-// allocations; the difference between on and off is what records cost.
+// same process, so this includes their share, the same in both), the
+// allocations, and the setup time's p50 and p99 (INVITE to 200, the 407
+// round trip and the in-flight marker included); the difference between
+// on and off is what records cost.
 //
 //	go test -run '^$' -bench CallSetupRecords -benchtime 2000x -count 3 ./appliance/
 func BenchmarkCallSetupRecords(b *testing.B) {
@@ -151,17 +159,21 @@ func benchCalls(b *testing.B, records bool, conc int) {
 	user, sys := cpuTime(b)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, p := range pairs {
+	setups := make([][]time.Duration, len(pairs))
+	for i, p := range pairs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
-				p.call(b)
+				setups[i] = append(setups[i], p.call(b))
 			}
 		}()
 	}
 	wg.Wait()
 	b.StopTimer()
+	all := slices.Sorted(slices.Values(slices.Concat(setups...)))
+	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "setup_p50_ms")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "setup_p99_ms")
 	user2, sys2 := cpuTime(b)
 	b.ReportMetric(float64((user2-user+sys2-sys).Microseconds())/float64(b.N), "cpu_us/call")
 	b.ReportMetric(float64((sys2-sys).Microseconds())/float64(b.N), "sys_us/call")
