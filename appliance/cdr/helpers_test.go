@@ -128,3 +128,17 @@ func mustJSON(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+// markersIn counts the files of an in-flight directory other than spares
+// (spare.go): markers and temporary files.
+func markersIn(t *testing.T, dir string) int {
+	t.Helper()
+	es, _ := os.ReadDir(dir)
+	n := 0
+	for _, e := range es {
+		if !strings.HasPrefix(e.Name(), spareName) {
+			n++
+		}
+	}
+	return n
+}

@@ -527,8 +527,8 @@ func TestBacklogConcurrentFlapping(t *testing.T) {
 			committedOnce(t, s, r)
 		}
 	}
-	if es, _ := os.ReadDir(s.inflightDir("acme")); len(es) != 0 {
-		t.Fatalf("%d markers left", len(es))
+	if n := markersIn(t, s.inflightDir("acme")); n != 0 {
+		t.Fatalf("%d markers left", n)
 	}
 	if b := s.Backlog(); b.Pending != 0 || b.Problem() != "" {
 		t.Fatalf("backlog %+v", b)

@@ -176,14 +176,16 @@ func (s *Store) dayFor(tenant string, start time.Time) day {
 }
 
 type marker struct {
-	id   ID
-	path string
-	rec  *Record // nil when unreadable
-	mod  time.Time
+	id    ID
+	path  string
+	rec   *Record // nil when unreadable
+	mod   time.Time
+	spare bool // an emptied marker file kept for reuse (spare.go), no marker
 }
 
 // scanMarkers lists a tenant's in-flight directory. Stray temporary files
-// are reported by markerFiles.
+// are reported by markerFiles; spare files (spare.go) are listed to be
+// removed.
 func (s *Store) scanMarkers(tenant string) ([]marker, error) {
 	dir := s.inflightDir(tenant)
 	ents, err := os.ReadDir(dir)
@@ -200,6 +202,11 @@ func (s *Store) scanMarkers(tenant string) ([]marker, error) {
 			continue
 		}
 		m := marker{path: filepath.Join(dir, name)}
+		if strings.HasPrefix(name, spareName) {
+			m.spare = true
+			out = append(out, m)
+			continue
+		}
 		if strings.HasSuffix(name, tmpExt) {
 			out = append(out, m) // id empty: a stray temporary file
 			continue
@@ -353,6 +360,11 @@ func (r *repairer) committed(rec *Record) bool {
 func (r *repairer) markerFiles(marks []marker) error {
 	for _, m := range marks {
 		switch {
+		case m.spare:
+			// Not a marker: a previous run's spare, removed unreported.
+			if err := r.remove(m.path); err != nil {
+				return err
+			}
 		case m.id == "":
 			if err := r.remove(m.path); err != nil {
 				return err
@@ -395,6 +407,9 @@ func (r *repairer) markerFiles(marks []marker) error {
 			}
 			r.act(ActPromoted, filepath.Join(d.dir, string(n.ID)+recordExt), m.id, detail)
 		}
+	}
+	if !r.dry {
+		r.s.spares.drop(r.s.inflightDir(r.tenant))
 	}
 	return nil
 }

@@ -59,6 +59,9 @@ func TestRecoverPromotesMarkerWithoutRecord(t *testing.T) {
 	if _, err := os.Stat(s.MarkerPath("acme", r.ID)); !os.IsNotExist(err) {
 		t.Fatalf("marker left: %v", err)
 	}
+	if es, _ := os.ReadDir(s.inflightDir("acme")); len(es) != 0 {
+		t.Fatalf("recovery left %v in the in-flight directory (a spare of the promoted marker?)", es)
+	}
 	lines := readLines(t, filepath.Join(s.dayDir("acme", start), IndexFile))
 	if len(lines) != 1 || lines[0].Cause != calls.CauseIncomplete || !lines[0].Answered {
 		t.Fatalf("index: %+v", lines)

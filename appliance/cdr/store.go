@@ -86,6 +86,8 @@ type Store struct {
 	cache *dayCache
 
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
+	spares       spares      // files of removed markers, reused for new ones
+	dirSyncs     dirSyncs    // grouped fsyncs of day directories after commits
 
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
@@ -225,7 +227,17 @@ func (s *Store) writeMarker(n *Record) error {
 	// the caller's 200 OK, and a killed process loses nothing the kernel holds.
 	// Against a power cut, Run syncs the file system behind written markers
 	// every MarkerSyncInterval, one syscall for every marker in between.
-	if err := writeAtomicSync(filepath.Join(dir, string(n.ID)+recordExt), append(data, '\n'), false); err != nil {
+	path := filepath.Join(dir, string(n.ID)+recordExt)
+	data = append(data, '\n')
+	if p := s.spares.take(dir); p != "" {
+		ok := writeInto(p, path, data)
+		s.spares.settle(dir, p, false)
+		if ok {
+			s.markersDirty.Store(true)
+			return nil
+		}
+	}
+	if err := writeAtomicSync(path, data, false, nil); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
 	s.markersDirty.Store(true)
@@ -254,7 +266,8 @@ func (s *Store) syncMarkers() error {
 
 // Commit writes the final record of a call, answered or not: one write of
 // <id>.json.tmp in the day directory, one fsync, one rename to <id>.json, an
-// fsync of the directory, then one index line appended to the day's
+// fsync of the directory (shared with the commits running at the same
+// time, dirsync.go), then one index line appended to the day's
 // index.jsonl, then the in-flight marker (if any) removed. The index line is
 // appended before the marker goes so that a crash between the two leaves a
 // marker whose record is committed, which recovery repairs; a crash after
@@ -332,7 +345,7 @@ func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 	if err := s.step("unmark", marker); err != nil {
 		return fmt.Errorf("remove marker %s: %w", n.ID, err)
 	}
-	if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := s.spares.removeMarker(marker); err != nil {
 		return fmt.Errorf("remove marker %s: %w", n.ID, err)
 	}
 	return nil
@@ -350,7 +363,7 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
-	if err := writeAtomic(final, append(data, '\n')); err != nil {
+	if err := writeAtomicSync(final, append(data, '\n'), true, &s.dirSyncs); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	return nil
@@ -403,14 +416,23 @@ func (s *Store) appendIndex(dir string, lines []byte) error {
 // writeAtomic writes data to path through path+".tmp": write, fsync,
 // rename, fsync of the directory.
 func writeAtomic(path string, data []byte) error {
-	return writeAtomicSync(path, data, true)
+	return writeAtomicSync(path, data, true, nil)
 }
 
 // writeAtomicSync writes data beside path and renames it into place; with
-// durable it fsyncs the file before the rename and the directory after.
-func writeAtomicSync(path string, data []byte, durable bool) error {
+// durable it fsyncs the file before the rename and the directory after,
+// through ds (grouped with concurrent writers) when not nil.
+func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error {
 	tmp := path + tmpExt
+	var ns *sync.Mutex
+	if ds != nil {
+		ns = &ds.of(filepath.Dir(path)).ns
+		ns.Lock()
+	}
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	if ns != nil {
+		ns.Unlock()
+	}
 	if err != nil {
 		return err
 	}
@@ -430,12 +452,22 @@ func writeAtomicSync(path string, data []byte, durable bool) error {
 		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if ns != nil {
+		ns.Lock()
+	}
+	err = os.Rename(tmp, path)
+	if ns != nil {
+		ns.Unlock()
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	if !durable {
 		return nil
+	}
+	if ds != nil {
+		return ds.sync(filepath.Dir(path))
 	}
 	return datadir.SyncDir(filepath.Dir(path))
 }

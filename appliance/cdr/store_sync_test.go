@@ -2,7 +2,9 @@ package cdr
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,5 +40,40 @@ func TestMarkersFlushedByRun(t *testing.T) {
 			t.Fatal("markers not flushed by Run")
 		}
 		time.Sleep(MarkerSyncInterval / 5)
+	}
+}
+
+// TestConcurrentCommitsShareDirectoryFsyncs: calls ending at once into one
+// day directory share the directory fsyncs that make their renames
+// durable, and every record is committed once.
+func TestConcurrentCommitsShareDirectoryFsyncs(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	const workers, each = 16, 10
+	var wg sync.WaitGroup
+	recs := make([][]*Record, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				r := call("acme", start.Add(time.Duration(w*each+i)*time.Second), false, "100", fmt.Sprint(w, i))
+				if err := s.Commit(r); err != nil {
+					t.Error(err)
+				}
+				recs[w] = append(recs[w], r)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, rs := range recs {
+		for _, r := range rs {
+			committedOnce(t, s, r)
+		}
+	}
+	if n := s.dirSyncs.runs.Load(); n == 0 || n >= workers*each {
+		t.Fatalf("%d directory fsyncs for %d concurrent commits, want at least one and fewer than one each", n, workers*each)
+	} else {
+		t.Logf("%d directory fsyncs for %d commits", n, workers*each)
 	}
 }

@@ -615,11 +615,7 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
 		"-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n), "-d", strconv.Itoa(int(hold/time.Millisecond)),
 		"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
-	inflight := filepath.Join(p.dataDir, "demo", "cdr", "inflight")
-	answered := func() int {
-		es, _ := os.ReadDir(inflight)
-		return len(es)
-	}
+	answered := func() int { return countMarkers(p.dataDir) }
 	// SIPp itself may set calls up more slowly than asked when it plays
 	// hundreds of captures at once; every call must be up 6s (settling and
 	// the measuring window) before the first one ends.

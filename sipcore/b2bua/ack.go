@@ -1,6 +1,7 @@
 package b2bua
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -50,6 +51,32 @@ func (c *Call) deliverAck(leg *outLeg, ack *sip.Request) bool {
 		ch <- ack
 	}
 	return ok
+}
+
+// errNoAck: the caller did not ACK the 2xx answering its INVITE within
+// 64*T1.
+var errNoAck = errors.New("no ack within 64*T1")
+
+// confirmAnswer sends the caller the 2xx answering its INVITE and waits
+// for the ACK. sipgo's dialog retransmits that 2xx, but gives up only when
+// a retransmission finds its INVITE transaction gone (Timer L, then up to
+// T2 more); the wait here stops at the RFC 3261 section 13.3.1.4 timer
+// itself, 64*T1 of the Manager's timers, so a caller that never ACKs (one
+// overloaded) has its call, media ports included, released then. sipgo's
+// goroutine may retransmit until its transaction ends; it holds no media
+// and not the call.
+func (c *Call) confirmAnswer(body []byte, hdrs []sip.Header) error {
+	ds := c.caller
+	errc := make(chan error, 1)
+	go func() { errc <- ds.Respond(sip.StatusOK, "OK", body, hdrs...) }()
+	giveUp := time.NewTimer(64 * c.m.t1)
+	defer giveUp.Stop()
+	select {
+	case err := <-errc:
+		return err
+	case <-giveUp.C:
+		return errNoAck
+	}
 }
 
 // respond2xx sends the 2xx res for an INVITE the PBX answers inside the

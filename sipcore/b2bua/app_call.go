@@ -93,7 +93,7 @@ func (c *Call) runApp(target *Target) {
 	c.event(EventAnswered, &li)
 	c.log.Info("call answered locally", "app", name)
 	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, c.negotiateCaller(body)...)
-	if err := c.caller.Respond(sip.StatusOK, "OK", body, hdrs...); err != nil {
+	if err := c.confirmAnswer(body, hdrs); err != nil {
 		reason := "no ack from caller"
 		c.mu.Lock()
 		if c.byeCaller {

@@ -82,7 +82,8 @@ type Manager struct {
 	wg sync.WaitGroup // call goroutines and background BYEs
 
 	// t1 and t2 pace the retransmission of a 2xx the PBX answers a
-	// re-INVITE with (RFC 3261 section 13.3.1.4); sipgo's T1 and T2.
+	// re-INVITE with (RFC 3261 section 13.3.1.4), and 64*t1 bounds the
+	// wait for the ACK of any 2xx it sends; sipgo's T1 and T2.
 	t1, t2 time.Duration
 }
 

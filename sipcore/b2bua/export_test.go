@@ -3,7 +3,8 @@ package b2bua
 import "time"
 
 // SetRetransmitTimers sets the T1 and T2 that pace m's retransmission of a
-// 2xx to a re-INVITE, so a test sees the 64*T1 give-up quickly.
+// 2xx to a re-INVITE and bound the wait for the ACK of any 2xx it sends, so
+// a test sees the 64*T1 give-up quickly.
 func SetRetransmitTimers(m *Manager, t1, t2 time.Duration) {
 	m.t1, m.t2 = t1, t2
 }

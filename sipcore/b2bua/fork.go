@@ -222,7 +222,7 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	c.log.Info("call answered", "by", w.target.Name)
 
 	hdrs := append([]sip.Header{sip.NewHeader("Content-Type", "application/sdp")}, c.negotiateCaller(body)...)
-	if err := c.caller.Respond(sip.StatusOK, "OK", body, hdrs...); err != nil {
+	if err := c.confirmAnswer(body, hdrs); err != nil {
 		c.mu.Lock()
 		byCaller := c.byeCaller
 		c.mu.Unlock()

@@ -80,6 +80,7 @@ type env struct {
 	dir   *siptest.Directory
 	calls *b2bua.Manager
 	rec   *recorder
+	media *rtpcore.Engine
 	udp   netip.AddrPort
 	tcp   netip.AddrPort
 }
@@ -179,7 +180,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	case err := <-done:
 		t.Fatalf("run: %v", err)
 	}
-	e := &env{t: t, srv: srv, reg: reg, dir: dir, calls: calls, rec: rec}
+	e := &env{t: t, srv: srv, reg: reg, dir: dir, calls: calls, rec: rec, media: media}
 	e.udp, _ = srv.Addr("udp")
 	e.tcp, _ = srv.Addr("tcp")
 	return e

@@ -1,0 +1,159 @@
+package cdr
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// maxSpares bounds the spare marker files kept per in-flight directory.
+const maxSpares = 256
+
+// spareName prefixes the spare files: hidden, and neither a marker
+// (recordExt) nor a stray temporary file (tmpExt) to recovery, which skips
+// them.
+const spareName = ".spare-"
+
+// spares recycles the files of removed in-flight markers. Creating a file
+// allocates an inode and removing one frees it, and on a busy file system
+// (ext4 without a journal skips every recently freed inode) allocation is
+// the largest cost of a call record; a call's marker is instead renamed to
+// a spare name when the call is committed, emptied, and the next answered
+// call's marker is written into it and renamed into place. The marker is
+// still written whole before its rename, as a temporary file would be.
+//
+// Spare names are numbered per directory up to maxSpares; one left by a
+// crash is replaced by the next rename onto its name.
+type spares struct {
+	mu   sync.Mutex
+	dirs map[string]*spareDir
+}
+
+type spareDir struct {
+	ready []string // spare files on disk, emptied, free to take
+	idle  []string // names free, holding no file of ours
+	made  int      // names made so far
+}
+
+func (sp *spares) dir(d string) *spareDir {
+	if sp.dirs == nil {
+		sp.dirs = map[string]*spareDir{}
+	}
+	sd := sp.dirs[d]
+	if sd == nil {
+		sd = &spareDir{}
+		sp.dirs[d] = sd
+	}
+	return sd
+}
+
+// take returns a spare file of dir to write a marker into, or "" when
+// there is none. The caller settles the name once done with it.
+func (sp *spares) take(dir string) string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	n := len(sd.ready)
+	if n == 0 {
+		return ""
+	}
+	p := sd.ready[n-1]
+	sd.ready = sd.ready[:n-1]
+	return p
+}
+
+// name returns a spare name of dir holding no spare, or "" when every
+// name holds one.
+func (sp *spares) name(dir string) string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	if n := len(sd.idle); n > 0 {
+		p := sd.idle[n-1]
+		sd.idle = sd.idle[:n-1]
+		return p
+	}
+	if sd.made >= maxSpares {
+		return ""
+	}
+	sd.made++
+	return filepath.Join(dir, spareName+strconv.Itoa(sd.made))
+}
+
+// settle gives back name p of dir, taken by take or name: holding an
+// emptied spare ready to take, or free again (no file of ours under it).
+func (sp *spares) settle(dir, p string, ready bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	if ready {
+		sd.ready = append(sd.ready, p)
+	} else {
+		sd.idle = append(sd.idle, p)
+	}
+}
+
+// writeInto writes data into the spare file p and renames it to path. It
+// reports false, having written nothing at path, when the spare is gone or
+// cannot be written; the caller then writes the marker the ordinary way.
+func writeInto(p, path string, data []byte) bool {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, fileMode)
+	if err != nil {
+		return false
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(p)
+		return false
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(p)
+		return false
+	}
+	if err := os.Rename(p, path); err != nil {
+		os.Remove(p)
+		return false
+	}
+	return true
+}
+
+// removeMarker removes the in-flight marker at path: it is renamed to a
+// spare name of its directory and emptied (no call data stays behind), or
+// removed when no name is free. A marker already gone is no error.
+func (sp *spares) removeMarker(path string) error {
+	dir := filepath.Dir(path)
+	if p := sp.name(dir); p != "" {
+		if err := os.Rename(path, p); err == nil {
+			ok := os.Truncate(p, 0) == nil
+			if !ok {
+				os.Remove(p)
+			}
+			sp.settle(dir, p, ok)
+			return nil
+		}
+		sp.settle(dir, p, false)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// drop removes the ready spares of dir from disk, so that recovery, which
+// promotes markers through the commit path, leaves only markers behind.
+// A commit parking a marker meanwhile is no harm: a spare holds no data
+// anyone needs, and one found missing is written the ordinary way.
+func (sp *spares) drop(dir string) {
+	sp.mu.Lock()
+	sd := sp.dir(dir)
+	ready := sd.ready
+	sd.ready = nil
+	sd.idle = append(sd.idle, ready...)
+	sp.mu.Unlock()
+	for _, p := range ready {
+		os.Remove(p)
+	}
+}

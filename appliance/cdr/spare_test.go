@@ -1,0 +1,81 @@
+package cdr
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// inodeOf is the inode number of path (0 when it cannot be read).
+func inodeOf(path string) uint64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
+
+// TestMarkerFilesReused: a committed call's marker file becomes an empty
+// spare that the next answered call's marker is written into, so one call
+// after another allocate no new marker inode; each marker still reads
+// whole, no call data stays in a spare, and recovery removes spares
+// without reporting them.
+func TestMarkerFilesReused(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	inodes := map[uint64]bool{}
+	for i := range 20 {
+		r := call("acme", start.Add(time.Duration(i)*time.Second), true, "100", fmt.Sprint(200+i))
+		if err := s.Answered(r); err != nil {
+			t.Fatal(err)
+		}
+		m := s.MarkerPath("acme", r.ID)
+		got, err := readRecord(m)
+		if err != nil || got.ID != r.ID || got.To != r.To {
+			t.Fatalf("marker %d: %v %+v", i, err, got)
+		}
+		inodes[inodeOf(m)] = true
+		commit(t, s, r)
+		committedOnce(t, s, r)
+		if _, err := os.Stat(m); !os.IsNotExist(err) {
+			t.Fatalf("marker %d left: %v", i, err)
+		}
+	}
+	if len(inodes) > 2 {
+		t.Fatalf("20 calls one after another used %d marker inodes, want the first one or two reused", len(inodes))
+	}
+	es, _ := os.ReadDir(s.inflightDir("acme"))
+	if len(es) != 1 || !strings.HasPrefix(es[0].Name(), spareName) {
+		t.Fatalf("in-flight directory after the calls: %v, want one spare", es)
+	}
+	if fi, _ := es[0].Info(); fi.Size() != 0 {
+		t.Fatalf("spare holds %d bytes of an ended call", fi.Size())
+	}
+	acts, err := s.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != 0 {
+		t.Fatalf("recovery reported %v", acts)
+	}
+	if es, _ := os.ReadDir(s.inflightDir("acme")); len(es) != 0 {
+		t.Fatalf("recovery left %v", es)
+	}
+	// The spare the store still counts on is gone: the next marker is
+	// written the ordinary way.
+	r := call("acme", start.Add(time.Hour), true, "100", "300")
+	if err := s.Answered(r); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readRecord(s.MarkerPath("acme", r.ID)); err != nil || got.ID != r.ID {
+		t.Fatalf("marker after recovery: %v %+v", err, got)
+	}
+	commit(t, s, r)
+}
