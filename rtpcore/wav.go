@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 )
 
 // WAVFormat describes a WAV file's PCM format.
@@ -216,6 +217,14 @@ func (w *WAVWriter) WriteStereo(left, right []int16) error {
 	n := max(len(left), len(right))
 	// Encode the whole run, then one write.
 	w.frame = w.frame[:0]
+	if w.channels == 2 && len(left) == len(right) {
+		w.frame = slices.Grow(w.frame, 4*n)[:4*n]
+		f, r := w.frame, right[:len(left)]
+		for i, l := range left {
+			binary.LittleEndian.PutUint32(f[4*i:4*i+4], uint32(uint16(l))|uint32(uint16(r[i]))<<16)
+		}
+		n = 0 // done
+	}
 	for i := 0; i < n; i++ {
 		var l, r int16
 		if i < len(left) {

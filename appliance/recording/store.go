@@ -249,6 +249,9 @@ func (r *Recorder) drain() {
 		}
 		r.spare[side] = got
 	}
+	if r.err == nil {
+		r.err = r.mix.emit()
+	}
 }
 
 // Stop ends the recording at instant end, with final's word on the call
