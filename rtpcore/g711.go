@@ -1,5 +1,7 @@
 package rtpcore
 
+import "slices"
+
 // Static payload types of the G.711 codecs (RFC 3551).
 const (
 	PayloadPCMU uint8 = 0 // µ-law
@@ -145,16 +147,22 @@ func EncodeUlaw(dst []byte, pcm []int16) []byte {
 
 // DecodeAlaw appends the linear samples of the A-law bytes src to dst.
 func DecodeAlaw(dst []int16, src []byte) []int16 {
-	for _, b := range src {
-		dst = append(dst, alawToLinear[b])
+	n := len(dst)
+	dst = slices.Grow(dst, len(src))[:n+len(src)]
+	out := dst[n:]
+	for i, b := range src {
+		out[i] = alawToLinear[b]
 	}
 	return dst
 }
 
 // DecodeUlaw appends the linear samples of the µ-law bytes src to dst.
 func DecodeUlaw(dst []int16, src []byte) []int16 {
-	for _, b := range src {
-		dst = append(dst, ulawToLinear[b])
+	n := len(dst)
+	dst = slices.Grow(dst, len(src))[:n+len(src)]
+	out := dst[n:]
+	for i, b := range src {
+		out[i] = ulawToLinear[b]
 	}
 	return dst
 }

@@ -213,6 +213,9 @@ func (w *WAVWriter) WriteStereo(left, right []int16) error {
 	if w.closed {
 		return ErrClosed
 	}
+	if w.channels == 2 && len(left) == len(right) {
+		return w.writeStereoRun(left, right)
+	}
 	n := max(len(left), len(right))
 	// Encode the whole run, then one write.
 	w.frame = w.frame[:0]
@@ -235,6 +238,33 @@ func (w *WAVWriter) WriteStereo(left, right []int16) error {
 		return fmt.Errorf("wav write: %w", err)
 	}
 	w.data += int64(len(w.frame))
+	return nil
+}
+
+// writeStereoRun writes frames from left and right, of equal length,
+// encoding them straight into the write buffer (one 32-bit store a frame),
+// so that no copy of the run is made or kept.
+func (w *WAVWriter) writeStereoRun(left, right []int16) error {
+	right = right[:len(left)]
+	for len(left) > 0 {
+		buf := w.bw.AvailableBuffer()
+		k := min(len(left), cap(buf)/4)
+		if k == 0 {
+			if err := w.bw.Flush(); err != nil {
+				return fmt.Errorf("wav write: %w", err)
+			}
+			continue
+		}
+		buf = buf[:4*k]
+		for i, l := range left[:k] {
+			binary.LittleEndian.PutUint32(buf[4*i:4*i+4], uint32(uint16(l))|uint32(uint16(right[i]))<<16)
+		}
+		if _, err := w.bw.Write(buf); err != nil {
+			return fmt.Errorf("wav write: %w", err)
+		}
+		w.data += int64(len(buf))
+		left, right = left[k:], right[k:]
+	}
 	return nil
 }
 

@@ -31,8 +31,8 @@ type frameSink interface {
 	WriteStereo(left, right []int16) error
 }
 
-// channel is one direction's audio not yet written: buf[i] is the sample
-// at frame mixer.written+i.
+// channel is one direction's audio not yet written out: buf[i] is the
+// sample at frame mixer.base+i.
 type channel struct {
 	started   bool
 	ssrc      uint32
@@ -46,11 +46,15 @@ type channel struct {
 // starts when the call was bridged, and writes frames once both directions
 // have them: losses, gaps and reordering within the window become silence
 // or fill it, and a direction more than MaxDrift behind the other is padded
-// with silence. It is not safe for concurrent use.
+// with silence. Which frames are final is decided packet by packet, but
+// they are handed to the sink only by emit (once per drain, in one write),
+// so the output does not depend on how often emit is called. It is not
+// safe for concurrent use.
 type mixer struct {
 	rate    int
 	t0      time.Time
-	written int64 // frames written
+	written int64 // frames final: nothing more is placed before this one
+	base    int64 // frames handed to out; ch[i].buf[0] is frame base
 	ch      [2]channel
 	out     frameSink
 	maxLag  int
@@ -96,7 +100,7 @@ func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time)
 }
 
 // place copies samples at frame position pos of side; what falls before
-// the frames already written is dropped (it came too late).
+// the frames already final is dropped (it came too late).
 func (m *mixer) place(side int, pos int64, samples []int16) {
 	c := &m.ch[side]
 	idx := pos - m.written
@@ -107,6 +111,7 @@ func (m *mixer) place(side int, pos int64, samples []int16) {
 		samples = samples[-idx:]
 		idx = 0
 	}
+	idx += m.written - m.base
 	end := int(idx) + len(samples)
 	if end > len(c.buf) {
 		c.buf = append(c.buf, make([]int16, end-len(c.buf))...)
@@ -114,19 +119,24 @@ func (m *mixer) place(side int, pos int64, samples []int16) {
 	copy(c.buf[idx:], samples)
 }
 
-// padTo extends side's pending audio with silence to n frames.
+// pending is how many frames of side are past the final ones.
+func (m *mixer) pending(side int) int { return len(m.ch[side].buf) - int(m.written-m.base) }
+
+// padTo extends side's pending audio with silence to n frames past the
+// final ones.
 func (m *mixer) padTo(side, n int) {
+	n += int(m.written - m.base)
 	if c := &m.ch[side]; n > len(c.buf) {
 		c.buf = append(c.buf, make([]int16, n-len(c.buf))...)
 	}
 }
 
-// flush writes the frames both directions are more than reorderWindow
-// past. A direction more than MaxDrift behind the other is first padded
-// with silence to MaxDrift behind; at the end (final) both are padded to
-// the longer and everything is written.
+// flush makes final the frames both directions are more than
+// reorderWindow past. A direction more than MaxDrift behind the other is
+// first padded with silence to MaxDrift behind; at the end (final) both are
+// padded to the longer and everything is written out.
 func (m *mixer) flush(final bool) error {
-	l, r := len(m.ch[Left].buf), len(m.ch[Right].buf)
+	l, r := m.pending(Left), m.pending(Right)
 	switch {
 	case final:
 		m.padTo(Left, max(l, r))
@@ -136,10 +146,22 @@ func (m *mixer) flush(final bool) error {
 	case r-l > m.maxLag:
 		m.padTo(Left, r-m.maxLag)
 	}
-	n := min(len(m.ch[Left].buf), len(m.ch[Right].buf))
+	n := min(m.pending(Left), m.pending(Right))
 	if !final {
 		n -= m.window
 	}
+	if n > 0 {
+		m.written += int64(n)
+	}
+	if final {
+		return m.emit()
+	}
+	return nil
+}
+
+// emit hands the final frames to the sink in one write.
+func (m *mixer) emit() error {
+	n := int(m.written - m.base)
 	if n <= 0 {
 		return nil
 	}
@@ -148,12 +170,12 @@ func (m *mixer) flush(final bool) error {
 		c := &m.ch[i]
 		c.buf = c.buf[:copy(c.buf, c.buf[n:])]
 	}
-	m.written += int64(n)
+	m.base = m.written
 	return err
 }
 
-// finish writes everything pending and pads both directions with silence
-// to instant end, so the audio spans the bridged call.
+// finish writes everything pending out and pads both directions with
+// silence to instant end, so the audio spans the bridged call.
 func (m *mixer) finish(end time.Time) error {
 	if w := m.wallPos(end) - m.written; w > 0 {
 		m.padTo(Left, int(w))

@@ -1,6 +1,12 @@
 package recording
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,7 +118,10 @@ func TestMixerPadsTheLaggingSideBeyondTwoSeconds(t *testing.T) {
 	// written against silence instead of waiting.
 	for n := 0; n < 150; n++ {
 		send(t, m, Left, 1, n, 1000, 0)
-		if n == 110 { // 2.2 s in
+		if n == 110 { // 2.2 s in; the writer's drain hands out what is final
+			if err := m.emit(); err != nil {
+				t.Fatal(err)
+			}
 			if len(f.l) == 0 {
 				t.Fatal("nothing written with the caller 2.2 s ahead")
 			}
@@ -159,4 +168,120 @@ func TestMixerReanchorsARestartedStream(t *testing.T) {
 	checkRange(t, "hold", f.l, 4000, 12000, 0)
 	checkRange(t, "after hold", f.l, 12000, 16000, level(3000))
 	checkRange(t, "far end throughout", f.r, 0, 16000, level(1000))
+}
+
+// mixPacket is one packet for a mixer: which side, header, payload and
+// arrival.
+type mixPacket struct {
+	side    int
+	h       rtpcore.Header
+	payload []byte
+	at      time.Time
+}
+
+// messyCall is a minute of both directions as the writer's drains see
+// them (every 200 ms, the caller's packets then the far end's): jittered,
+// lost, reordered (some beyond the reorder window), a new SSRC with a
+// jumped clock mid-call, telephone-event packets, 3 s of one-way silence,
+// μ-law on one side and A-law on the other.
+func messyCall(seed uint64) [][]mixPacket {
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	var all []mixPacket
+	for side := range 2 {
+		ssrc, ts := uint32(10+side), uint32(5000*side)
+		pt := []uint8{rtpcore.PayloadPCMA, rtpcore.PayloadPCMU}[side]
+		for n := range 3000 {
+			if side == Right && n >= 1000 && n < 1150 || rnd.IntN(100) < 3 {
+				continue // one-way silence, loss
+			}
+			if side == Left && n == 1500 {
+				ssrc, ts = 99, ts+123456
+			}
+			h := rtpcore.Header{PayloadType: pt, Sequence: uint16(n), Timestamp: ts + uint32(160*n), SSRC: ssrc}
+			if rnd.IntN(200) == 0 {
+				h.PayloadType = 101
+			}
+			late := time.Duration(rnd.IntN(60)) * time.Millisecond
+			if rnd.IntN(100) == 0 {
+				late += 300 * time.Millisecond
+			}
+			payload := make([]byte, 160)
+			for i := range payload {
+				payload[i] = byte(rnd.Uint32())
+			}
+			all = append(all, mixPacket{side, h, payload, t0.Add(time.Duration(n)*20*time.Millisecond + late)})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b mixPacket) int { return a.at.Compare(b.at) })
+	var drains [][]mixPacket
+	for len(all) > 0 {
+		end := all[0].at.Add(200 * time.Millisecond)
+		i := 0
+		for i < len(all) && all[i].at.Before(end) {
+			i++
+		}
+		d := slices.Clone(all[:i])
+		slices.SortStableFunc(d, func(a, b mixPacket) int { return a.side - b.side })
+		drains = append(drains, d)
+		all = all[i:]
+	}
+	return drains
+}
+
+// mixAll runs drains through a mixer, handing audio out every emitEvery
+// packets (0: only at the end), and returns the WAV.
+func mixAll(t *testing.T, drains [][]mixPacket, emitEvery int) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "x.wav")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w, err := rtpcore.NewWAVWriter(f, 8000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMixer(w, 8000, t0)
+	k := 0
+	for _, d := range drains {
+		for _, p := range d {
+			if err := m.packet(p.side, p.h, p.payload, p.at); err != nil {
+				t.Fatal(err)
+			}
+			if k++; emitEvery > 0 && k%emitEvery == 0 {
+				if err := m.emit(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := m.finish(t0.Add(61 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMixerOutputIndependentOfEmitCadence proves that when the writer
+// hands audio out (every packet, every drain, only at the end) changes
+// nothing in the file: which frames are final is decided packet by packet.
+func TestMixerOutputIndependentOfEmitCadence(t *testing.T) {
+	drains := messyCall(7)
+	ref := mixAll(t, drains, 1)
+	if len(ref) < 44+60*8000*4 {
+		t.Fatalf("%d bytes for a minute of stereo", len(ref))
+	}
+	for _, every := range []int{0, 7, 10, 1000} {
+		if got := mixAll(t, drains, every); !bytes.Equal(got, ref) {
+			t.Errorf("emitting every %d packets: %d bytes differ from emitting every packet (%d bytes)", every, len(got), len(ref))
+		}
+	}
+	t.Logf("sha256 %x", sha256.Sum256(ref))
 }
