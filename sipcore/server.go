@@ -103,8 +103,12 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
-	// sipgo reads Timer J when it creates a server transaction.
-	sip.Timer_J = CompletedLinger
+	// sipgo reads Timer J when it creates a server transaction; written
+	// only once, so a second Server (tests) does not race the first's
+	// transactions.
+	if sip.Timer_J != CompletedLinger {
+		sip.Timer_J = CompletedLinger
+	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
 		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}

@@ -193,13 +193,13 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		// RFC 3261 section 8.2.2.3 (and RFC 3262 section 3 for 100rel):
 		// an extension the PBX lacks is refused before anything else.
 		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
-		_ = tx.Respond(sipcore.BadExtension(req, tags))
+		_ = tx.Respond(tagInitial(req, sipcore.BadExtension(req, tags)))
 		return
 	}
 	if res := m.tooSmall(req); res != nil {
 		// RFC 4028 section 9: a session interval below the PBX's minimum
 		// is refused with 422 and Min-SE, before anything else.
-		_ = tx.Respond(res)
+		_ = tx.Respond(tagInitial(req, res))
 		return
 	}
 	if hasToTag(req) {
@@ -233,7 +233,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 			if res.Outcome == registrar.Rejected && m.opts.OnAuthFailure != nil {
 				m.opts.OnAuthFailure(src, realm, res.Username)
 			}
-			_ = tx.Respond(m.opts.Auth.Response(req, res, true, realm))
+			_ = tx.Respond(tagInitial(req, m.opts.Auth.Response(req, res, true, realm)))
 			return
 		}
 		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {
@@ -264,6 +264,9 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	dua := &sipgo.DialogUA{Client: ep.Client, ContactHDR: ep.Contact, RewriteContact: rewriteContact(req, transport)}
 	ds, err := dua.ReadInvite(req, tx)
+	if err == nil {
+		err = m.adoptInitialToTag(req, ds)
+	}
 	if err != nil {
 		respond(tx, req, sip.StatusBadRequest, "Bad Request")
 		return
@@ -334,7 +337,7 @@ func rewriteContact(req *sip.Request, transport string) bool {
 // transaction absorbs the ACK (RFC 3261 section 17.2.1).
 func (c *Call) fail(status int, cause calls.Cause, reason string) {
 	at := time.Now()
-	if err := c.callerTx.Respond(sip.NewResponseFromRequest(c.invite, status, sipcore.Phrase(status), nil)); err != nil {
+	if err := c.callerTx.Respond(tagInitial(c.invite, sip.NewResponseFromRequest(c.invite, status, sipcore.Phrase(status), nil))); err != nil {
 		c.log.Debug("final response to caller", "status", status, "err", err)
 	}
 	c.finishAt(at, cause, status, reason)

@@ -1,0 +1,89 @@
+package b2bua
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/emiago/sipgo"
+	"github.com/emiago/sipgo/sip"
+)
+
+// toTagKey keys initialToTag: the tags are stable within the process and
+// unpredictable to anyone else.
+var toTagKey = func() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k) // never fails (crypto/rand panics instead)
+	return k
+}()
+
+// initialToTag is the To tag of every response the PBX gives an initial
+// INVITE (no To tag) of one Call-ID and From tag: a challenge (401/407), a
+// 420 or 422 the caller retries after, the provisional and 2xx responses of
+// the call it answers, so that the dialog's tag is also the challenge's.
+//
+// A caller's retry after a challenge is a new transaction, and sipgo would
+// give each response a fresh tag; a UAC that takes the To tag of the last
+// response it received (SIPp's [peer_tag_param] does) then builds its BYE
+// with the challenge's tag when a retransmission of the challenge reaches
+// it after the 2xx — one whose ACK was late or lost under load, answered
+// again by Timer G — and the PBX answered that BYE 481 and kept the call
+// until its media timeout. With one tag for the Call-ID and From tag, a
+// late challenge changes nothing.
+func initialToTag(req *sip.Request) string {
+	callID, from := req.CallID(), req.From()
+	if callID == nil || from == nil {
+		return ""
+	}
+	fromTag, _ := from.Params.Get("tag")
+	mac := hmac.New(sha256.New, toTagKey)
+	mac.Write([]byte(callID.Value()))
+	mac.Write([]byte{0})
+	mac.Write([]byte(fromTag))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// tagInitial gives res, a response to the initial INVITE req, the To tag
+// of initialToTag, and returns it.
+func tagInitial(req *sip.Request, res *sip.Response) *sip.Response {
+	if res == nil || hasToTag(req) {
+		return res
+	}
+	tag := initialToTag(req)
+	if to := res.To(); to != nil && tag != "" && res.StatusCode != sip.StatusTrying {
+		to.Params.Add("tag", tag)
+	}
+	return res
+}
+
+// adoptInitialToTag makes the dialog ds, just read from the initial INVITE
+// req, use initialToTag instead of the tag sipgo drew for it: ds's later
+// responses (built from its InviteRequest) and its ID follow. A dialog of
+// that id still live (the same INVITE reaching the PBX twice by two paths)
+// keeps it: ds then keeps sipgo's tag.
+func (m *Manager) adoptInitialToTag(req *sip.Request, ds *sipgo.DialogServerSession) error {
+	tag := initialToTag(req)
+	if tag == "" {
+		return nil
+	}
+	to := ds.InviteRequest.To()
+	if to == nil {
+		return nil
+	}
+	drawn, _ := to.Params.Get("tag")
+	to.Params.Add("tag", tag)
+	id, err := sip.DialogIDFromRequestUAS(ds.InviteRequest)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	_, taken := m.dialogs[id]
+	m.mu.Unlock()
+	if taken {
+		to.Params.Add("tag", drawn)
+		return nil
+	}
+	ds.ID = id
+	return nil
+}
