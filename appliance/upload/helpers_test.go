@@ -2,10 +2,13 @@ package upload
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
+	"pbx/appliance/datadir"
 	"pbx/appliance/upload/uploadtest"
 )
 
@@ -44,3 +47,22 @@ func (s *s3Server) client(t testing.TB, o S3Options) *S3 {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// readJob reads the job file at path.
+func readJob(path string) (*Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return decodeJob(b)
+}
+
+// writeJob replaces the job file at path (as a crash or an operator would
+// leave it).
+func writeJob(path string, j *Job) error {
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	return datadir.WriteFile(path, append(b, '\n'), 0o640)
+}

@@ -2,10 +2,7 @@ package upload
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
-	"pbx/appliance/datadir"
+	"errors"
 	"time"
 )
 
@@ -35,31 +32,15 @@ type Job struct {
 	Uploaded      Uploaded  `json:"uploaded"`
 }
 
-// writeJob writes j to path atomically (datadir.WriteFile).
-func writeJob(path string, j *Job) error {
-	b, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return fmt.Errorf("upload job %s: %w", j.ID, err)
-	}
-	if err := datadir.WriteFile(path, append(b, '\n'), 0o640); err != nil {
-		return fmt.Errorf("upload job %s: %w", j.ID, err)
-	}
-	return nil
-}
-
-// readJob reads the job file at path; a file that is not a job is an
-// error (the caller quarantines it).
-func readJob(path string) (*Job, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// decodeJob reads a job file's content; content that is not a whole job
+// is an error (the file is then quarantined).
+func decodeJob(b []byte) (*Job, error) {
 	var j Job
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("job file %s: %w", filepath.Base(path), err)
+		return nil, err
 	}
 	if j.ID == "" || j.Audio == "" || j.Sidecar == "" || j.Keys.Audio == "" || j.Keys.Meta == "" || j.CreatedAt.IsZero() {
-		return nil, fmt.Errorf("job file %s: missing fields", filepath.Base(path))
+		return nil, errors.New("missing fields")
 	}
 	return &j, nil
 }

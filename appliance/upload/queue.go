@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"pbx/appliance/spool"
 	"slices"
 	"strings"
 	"sync"
@@ -58,9 +59,9 @@ type Recording struct {
 
 // Queue uploads finished recordings.
 type Queue struct {
-	opts            Options
-	log             *slog.Logger
-	pending, failed string
+	opts Options
+	log  *slog.Logger
+	sp   *spool.Spool // uploads/pending and uploads/failed
 
 	mu       sync.Mutex
 	jobs     map[string]*Job // pending, by id
@@ -97,41 +98,40 @@ func New(opts Options, log *slog.Logger) (*Queue, error) {
 	if opts.Location == nil {
 		opts.Location = func(string) *time.Location { return time.UTC }
 	}
-	q := &Queue{opts: opts, log: log, jobs: map[string]*Job{}, busy: map[string]bool{}, wake: make(chan struct{}, 1),
-		pending: filepath.Join(opts.DataDir, "uploads", "pending"), failed: filepath.Join(opts.DataDir, "uploads", "failed")}
-	for _, d := range []string{q.pending, q.failed} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return nil, fmt.Errorf("upload queue: %w", err)
-		}
-	}
-	ents, err := os.ReadDir(q.pending)
+	sp, err := spool.Open(filepath.Join(opts.DataDir, "uploads"))
 	if err != nil {
 		return nil, fmt.Errorf("upload queue: %w", err)
 	}
-	for _, e := range ents {
-		path := filepath.Join(q.pending, e.Name())
-		if strings.HasPrefix(e.Name(), ".") { // an interrupted rewrite
-			os.Remove(path)
-			continue
+	q := &Queue{opts: opts, log: log, sp: sp, jobs: map[string]*Job{}, busy: map[string]bool{}, wake: make(chan struct{}, 1)}
+	bad, err := sp.Load(func(file string, b []byte) error {
+		j, err := decodeJob(b)
+		if err != nil {
+			return err
 		}
-		j, err := readJob(path)
-		if err != nil || j.ID+".json" != e.Name() {
-			q.quarantine(e.Name(), err)
-			continue
+		if spool.FileOf(j.ID) != file {
+			return fmt.Errorf("job %q in the wrong file", j.ID)
 		}
 		q.jobs[j.ID] = j
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upload queue: %w", err)
+	}
+	for _, b := range bad {
+		q.quarantined(b)
 	}
 	return q, nil
 }
 
-// quarantine moves an unreadable job file to failed/.
-func (q *Queue) quarantine(name string, cause error) {
+// quarantined counts and logs a job file that was not a job, moved to
+// failed/ as it was.
+func (q *Queue) quarantined(b spool.Bad) {
 	q.failures++
-	if err := os.Rename(filepath.Join(q.pending, name), filepath.Join(q.failed, name)); err != nil {
-		q.log.Error("upload job unreadable and not quarantined", "file", name, "err", err, "cause", cause)
+	if b.Moved != nil {
+		q.log.Error("upload job unreadable and not quarantined", "file", b.Name, "err", b.Moved, "cause", b.Err)
 		return
 	}
-	q.log.Error("upload job unreadable: moved to uploads/failed", "file", name, "err", cause)
+	q.log.Error("upload job unreadable: moved to uploads/failed", "file", b.Name, "err", b.Err)
 }
 
 // Enqueue writes the job of a finished recording before its first
@@ -149,7 +149,7 @@ func (q *Queue) Enqueue(r Recording) error {
 	now := q.opts.Now().UTC()
 	vars := KeyVars{Tenant: r.Tenant, CallID: r.ID, Ext: r.Ext, Start: r.Start.In(q.opts.Location(r.Tenant))}
 	j := &Job{ID: r.ID, Tenant: r.Tenant, Audio: r.Audio, Sidecar: r.Sidecar, Keys: KeysFor(q.opts.KeyPrefix, vars), CreatedAt: now, NextAttemptAt: now}
-	if err := writeJob(q.jobPath(j.ID), j); err != nil {
+	if err := q.write(j); err != nil {
 		return err
 	}
 	q.mu.Lock()
@@ -161,7 +161,13 @@ func (q *Queue) Enqueue(r Recording) error {
 	return nil
 }
 
-func (q *Queue) jobPath(id string) string { return filepath.Join(q.pending, id+".json") }
+// write stores j's file (before its first attempt, after each).
+func (q *Queue) write(j *Job) error {
+	if err := q.sp.Write(j.ID, j); err != nil {
+		return fmt.Errorf("upload job %s: %w", j.ID, err)
+	}
+	return nil
+}
 
 func (q *Queue) poke() {
 	select {
@@ -272,7 +278,7 @@ func (q *Queue) attempt(ctx context.Context, j *Job) {
 				q.log.Warn("uploaded recording: local copy not removed", "id", j.ID, "err", rerr)
 			}
 		}
-		if rerr := os.Remove(q.jobPath(j.ID)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		if rerr := q.sp.Remove(j.ID); rerr != nil {
 			q.log.Warn("uploaded recording: job file not removed", "id", j.ID, "err", rerr)
 		}
 		q.mu.Lock()
@@ -292,7 +298,7 @@ func (q *Queue) attempt(ctx context.Context, j *Job) {
 		return
 	}
 	j.NextAttemptAt = now.Add(q.backoff(j.Attempts)).UTC()
-	if werr := writeJob(q.jobPath(j.ID), j); werr != nil {
+	if werr := q.write(j); werr != nil {
 		q.log.Error("upload job not rewritten", "id", j.ID, "err", werr)
 	}
 	q.mu.Lock()
@@ -320,7 +326,7 @@ func (q *Queue) upload(ctx context.Context, j *Job) error {
 			return err
 		}
 		*o.done = true
-		if err := writeJob(q.jobPath(j.ID), j); err != nil {
+		if err := q.write(j); err != nil {
 			return err
 		}
 	}
@@ -336,11 +342,11 @@ func (q *Queue) fail(j *Job) {
 	// The job's last state is written in place, then the file is renamed:
 	// the job is in exactly one of pending/ and failed/ at every moment,
 	// even across a crash.
-	if err := writeJob(q.jobPath(j.ID), j); err != nil {
+	if err := q.write(j); err != nil {
 		q.log.Error("upload job not moved to failed", "id", j.ID, "err", err)
 		return
 	}
-	if err := os.Rename(q.jobPath(j.ID), filepath.Join(q.failed, j.ID+".json")); err != nil {
+	if err := q.sp.Fail(j.ID); err != nil {
 		q.log.Error("upload job not moved to failed", "id", j.ID, "err", err)
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -33,7 +32,7 @@ func (o *Outbox) attempt(ctx context.Context, j *Job) {
 		return
 	}
 	j.NextAttemptAt = now.Add(o.backoff(j.Attempts)).UTC()
-	if werr := writeJob(o.jobPath(j.ID), j); werr != nil {
+	if werr := o.write(j); werr != nil {
 		o.log.Error("notice job not rewritten", "id", j.ID, "err", werr)
 	}
 	o.mu.Lock()
@@ -57,7 +56,7 @@ func (o *Outbox) send(ctx context.Context, j *Job) error {
 	}
 	accepted, err := deliver(ctx, s, m, func() error {
 		j.State = StateSending
-		if err := writeJob(o.jobPath(j.ID), j); err != nil {
+		if err := o.write(j); err != nil {
 			return err
 		}
 		if o.beforeData != nil {
@@ -76,7 +75,7 @@ func (o *Outbox) send(ctx context.Context, j *Job) error {
 // leaves a sent job, which Open deletes without sending it again.
 func (o *Outbox) finish(j *Job) {
 	j.State = StateSent
-	if err := writeJob(o.jobPath(j.ID), j); err != nil {
+	if err := o.write(j); err != nil {
 		o.log.Error("sent notice not marked sent", "id", j.ID, "err", err)
 	}
 	o.remove(j)
@@ -86,7 +85,7 @@ func (o *Outbox) finish(j *Job) {
 }
 
 func (o *Outbox) remove(j *Job) {
-	if err := os.Remove(o.jobPath(j.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := o.sp.Remove(j.ID); err != nil {
 		o.log.Warn("sent notice: job file not removed", "id", j.ID, "err", err)
 	}
 }
@@ -136,11 +135,11 @@ func (o *Outbox) fail(j *Job) {
 	o.mu.Lock()
 	delete(o.jobs, j.ID)
 	o.mu.Unlock()
-	if err := writeJob(o.jobPath(j.ID), j); err != nil {
+	if err := o.write(j); err != nil {
 		o.log.Error("notice job not moved to failed", "id", j.ID, "err", err)
 		return
 	}
-	if err := os.Rename(o.jobPath(j.ID), filepath.Join(o.failed, j.ID+".json")); err != nil {
+	if err := o.sp.Fail(j.ID); err != nil {
 		o.log.Error("notice job not moved to failed", "id", j.ID, "err", err)
 		return
 	}

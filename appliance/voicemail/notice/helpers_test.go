@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"pbx/appliance/config"
+	"pbx/appliance/datadir"
 )
 
 // syncBuffer is a log sink safe for the outbox's goroutine.
@@ -203,4 +205,25 @@ func parseEmail(t *testing.T, data []byte) parsed {
 		}
 	}
 	return p
+}
+
+// jobPath is where job id's file is while pending.
+func (o *Outbox) jobPath(id string) string { return o.sp.Path(id) }
+
+// readJob reads the job file at path.
+func readJob(path string) (*Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return decodeJob(b)
+}
+
+// writeJob replaces the job file at path (as a crash would leave it).
+func writeJob(path string, j *Job) error {
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	return datadir.WriteFile(path, append(b, '\n'), 0o640)
 }

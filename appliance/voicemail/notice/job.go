@@ -2,10 +2,8 @@ package notice
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"pbx/appliance/datadir"
 	"time"
 )
 
@@ -42,36 +40,20 @@ type Job struct {
 	LastError     string    `json:"last_error,omitempty"`
 }
 
-// writeJob writes j to path atomically (datadir.WriteFile).
-func writeJob(path string, j *Job) error {
-	b, err := json.MarshalIndent(j, "", "  ")
-	if err != nil {
-		return fmt.Errorf("notice job %s: %w", j.ID, err)
-	}
-	if err := datadir.WriteFile(path, append(b, '\n'), 0o640); err != nil {
-		return fmt.Errorf("notice job %s: %w", j.ID, err)
-	}
-	return nil
-}
-
-// readJob reads the job file at path; a file that is not a job is an
-// error (the caller quarantines it).
-func readJob(path string) (*Job, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// decodeJob reads a job file's content; content that is not a whole job
+// is an error (the file is then quarantined).
+func decodeJob(b []byte) (*Job, error) {
 	var j Job
 	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, fmt.Errorf("job file %s: %w", filepath.Base(path), err)
+		return nil, err
 	}
 	switch j.State {
 	case StatePending, StateSending, StateSent:
 	default:
-		return nil, fmt.Errorf("job file %s: unknown state %q", filepath.Base(path), j.State)
+		return nil, fmt.Errorf("unknown state %q", j.State)
 	}
 	if j.ID == "" || j.Notice.To == "" || j.CreatedAt.IsZero() {
-		return nil, fmt.Errorf("job file %s: missing fields", filepath.Base(path))
+		return nil, errors.New("missing fields")
 	}
 	return &j, nil
 }

@@ -9,14 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/mail"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"pbx/appliance/config"
+	"pbx/appliance/spool"
 )
 
 // Defaults of the outbox.
@@ -46,9 +45,9 @@ type Options struct {
 
 // Outbox is the durable queue of voicemail notices.
 type Outbox struct {
-	opts            Options
-	log             *slog.Logger
-	pending, failed string
+	opts Options
+	log  *slog.Logger
+	sp   *spool.Spool // notices/pending and notices/failed
 
 	mu   sync.Mutex
 	jobs map[string]*Job
@@ -83,49 +82,48 @@ func OpenWith(opts Options, log *slog.Logger) (*Outbox, error) {
 	if opts.Settings == nil {
 		return nil, errors.New("notice outbox: no SMTP settings function")
 	}
-	o := &Outbox{opts: opts, log: log, jobs: map[string]*Job{}, wake: make(chan struct{}, 1),
-		pending: filepath.Join(opts.DataDir, "notices", "pending"), failed: filepath.Join(opts.DataDir, "notices", "failed")}
-	for _, d := range []string{o.pending, o.failed} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return nil, fmt.Errorf("notice outbox: %w", err)
-		}
-	}
-	ents, err := os.ReadDir(o.pending)
+	sp, err := spool.Open(filepath.Join(opts.DataDir, "notices"))
 	if err != nil {
 		return nil, fmt.Errorf("notice outbox: %w", err)
 	}
-	for _, e := range ents {
-		path := filepath.Join(o.pending, e.Name())
-		if strings.HasPrefix(e.Name(), ".") { // an interrupted rewrite
-			os.Remove(path)
-			continue
+	o := &Outbox{opts: opts, log: log, sp: sp, jobs: map[string]*Job{}, wake: make(chan struct{}, 1)}
+	bad, err := sp.Load(func(file string, b []byte) error {
+		j, err := decodeJob(b)
+		if err != nil {
+			return err
 		}
-		j, err := readJob(path)
-		if err != nil || j.ID+".json" != e.Name() {
-			o.quarantine(e.Name(), err)
-			continue
+		if spool.FileOf(j.ID) != file {
+			return fmt.Errorf("job %q in the wrong file", j.ID)
 		}
 		switch j.State {
 		case StateSent:
 			o.remove(j)
-			continue
+			return nil
 		case StateSending:
 			o.log.Warn("voicemail notice was being sent when the PBX stopped: sending it again with the same Message-ID",
 				"id", j.ID, "tenant", j.Notice.Tenant, "extension", j.Notice.Extension)
 			j.NextAttemptAt = o.opts.Now().UTC()
 		}
 		o.jobs[j.ID] = j
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notice outbox: %w", err)
+	}
+	for _, b := range bad {
+		o.quarantined(b)
 	}
 	return o, nil
 }
 
-// quarantine moves an unreadable job file to failed/.
-func (o *Outbox) quarantine(name string, cause error) {
-	if err := os.Rename(filepath.Join(o.pending, name), filepath.Join(o.failed, name)); err != nil {
-		o.log.Error("notice job unreadable and not quarantined", "file", name, "err", err, "cause", cause)
+// quarantined logs a job file that was not a job, moved to failed/ as it
+// was.
+func (o *Outbox) quarantined(b spool.Bad) {
+	if b.Moved != nil {
+		o.log.Error("notice job unreadable and not quarantined", "file", b.Name, "err", b.Moved, "cause", b.Err)
 		return
 	}
-	o.log.Error("notice job unreadable: moved to notices/failed", "file", name, "err", cause)
+	o.log.Error("notice job unreadable: moved to notices/failed", "file", b.Name, "err", b.Err)
 }
 
 // Enqueue queues the notice of one message; when it returns nil the job
@@ -151,7 +149,7 @@ func (o *Outbox) Enqueue(n Notice) error {
 	}
 	now := o.opts.Now().UTC()
 	j := &Job{ID: id, State: StatePending, Notice: n, CreatedAt: now, NextAttemptAt: now}
-	if err := writeJob(o.jobPath(id), j); err != nil {
+	if err := o.write(j); err != nil {
 		return err
 	}
 	o.mu.Lock()
@@ -176,7 +174,13 @@ func jobID(n Notice) (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-func (o *Outbox) jobPath(id string) string { return filepath.Join(o.pending, id+".json") }
+// write stores j's file (before its first attempt, after each).
+func (o *Outbox) write(j *Job) error {
+	if err := o.sp.Write(j.ID, j); err != nil {
+		return fmt.Errorf("notice job %s: %w", j.ID, err)
+	}
+	return nil
+}
 
 func (o *Outbox) poke() {
 	select {
