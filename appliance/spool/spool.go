@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"pbx/appliance/datadir"
 )
@@ -104,4 +106,16 @@ func (s *Spool) Fail(id string) error {
 		return err
 	}
 	return datadir.SyncDir(s.pending)
+}
+
+// Backoff is the wait after a job's n-th failed attempt: first, doubling
+// with each attempt up to ceiling, with jitter in its upper half (so jobs
+// that failed together do not retry together).
+func Backoff(n int, first, ceiling time.Duration) time.Duration {
+	d := first
+	for i := 1; i < n && d < ceiling; i++ {
+		d *= 2
+	}
+	d = min(d, ceiling)
+	return d/2 + rand.N(d/2+1)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"pbx/appliance/spool"
@@ -356,10 +355,5 @@ func (q *Queue) fail(j *Job) {
 // backoff is the wait after the n-th failed attempt: BackoffMin doubling
 // to BackoffMax, with jitter in its upper half.
 func (q *Queue) backoff(n int) time.Duration {
-	d := q.opts.BackoffMin
-	for i := 1; i < n && d < q.opts.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, q.opts.BackoffMax)
-	return d/2 + rand.N(d/2+1)
+	return spool.Backoff(n, q.opts.BackoffMin, q.opts.BackoffMax)
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
 
 	"pbx/appliance/config"
+	"pbx/appliance/spool"
 )
 
 // attempt sends j once, then finishes it, backs it off or gives it up.
@@ -150,10 +150,5 @@ func (o *Outbox) fail(j *Job) {
 // backoff is the wait after the n-th failed attempt: BackoffMin doubling
 // to BackoffMax, with jitter in its upper half.
 func (o *Outbox) backoff(n int) time.Duration {
-	d := o.opts.BackoffMin
-	for i := 1; i < n && d < o.opts.BackoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, o.opts.BackoffMax)
-	return d/2 + rand.N(d/2+1)
+	return spool.Backoff(n, o.opts.BackoffMin, o.opts.BackoffMax)
 }
