@@ -85,15 +85,7 @@ func (h *Handler) cdrList(w http.ResponseWriter, r *http.Request, q Query) error
 	if err != nil {
 		return err
 	}
-	// Filter every row again: the store is asked for the caller's tenants
-	// only, and nothing else may leave here even if it answers more.
-	recs := make([]cdr.Entry, 0, len(page.Records))
-	for _, e := range page.Records {
-		if !p.Restricted() || p.SeesTenant(e.Tenant) {
-			recs = append(recs, e)
-		}
-	}
-	page.Records = recs
+	page.Records = visible(p, page.Records, func(e cdr.Entry) string { return e.Tenant })
 	return WriteJSON(w, http.StatusOK, page)
 }
 

@@ -35,6 +35,20 @@ func (p *Principal) SeesTenant(tenant string) bool {
 	return tenant != "" && p.Sees(tenant)
 }
 
+// visible keeps the rows of rows that p may see: every row for a token
+// of every tenant, else those of its tenants. List handlers filter what a
+// store answered again through it, so nothing of another tenant leaves
+// even if the store answers more than it was asked.
+func visible[T any](p *Principal, rows []T, tenant func(T) string) []T {
+	out := make([]T, 0, len(rows))
+	for _, r := range rows {
+		if !p.Restricted() || p.SeesTenant(tenant(r)) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 type ctxKey int
 
 const (
