@@ -85,8 +85,9 @@ func (c *channel) grow(n int) {
 	}
 }
 
-// decode appends the samples of the first n frames to dst, eight frames
-// (one byte of the bitmap) at a time.
+// decode appends the samples of the first n frames to dst: in one pass
+// when they are all in one codec, else eight frames (one byte of the
+// bitmap) at a time.
 func (c *channel) decode(dst []int16, n int) []int16 {
 	k := len(dst)
 	dst = slices.Grow(dst, n)[:k+n]
