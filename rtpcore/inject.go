@@ -100,7 +100,7 @@ func (i *Injection) write(pt uint8, payload []byte, samples uint32, marker bool)
 		return nil // no remote yet: counted as unsent
 	}
 	l.injected.Add(1)
-	if taps := l.taps.Load(); taps != nil {
+	if taps := l.outTaps.Load(); taps != nil {
 		p := &i.pkt
 		*p = Packet{Leg: l, Dir: Out, Header: h, Raw: i.buf, At: now, Injected: true}
 		for _, t := range *taps {

@@ -20,10 +20,11 @@ type Leg struct {
 	conn  *sock // RTP
 	local netip.AddrPort
 
-	peer   atomic.Pointer[Leg]
-	taps   atomic.Pointer[[]*tapEntry]
-	inj    atomic.Pointer[Injection]
-	target atomic.Pointer[netip.AddrPort] // where packets to the far end go
+	peer    atomic.Pointer[Leg]
+	taps    atomic.Pointer[[]*tapEntry] // every tap: shown packets received (In)
+	outTaps atomic.Pointer[[]*tapEntry] // the taps that also see packets sent (Out)
+	inj     atomic.Pointer[Injection]
+	target  atomic.Pointer[netip.AddrPort] // where packets to the far end go
 
 	clockRate atomic.Uint32
 	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown, teNone none
@@ -284,7 +285,7 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 	if !peer.send(pkt) {
 		return
 	}
-	if taps := peer.taps.Load(); taps != nil && !isRTCP {
+	if taps := peer.outTaps.Load(); taps != nil && !isRTCP {
 		p := &l.scratch
 		*p = Packet{Leg: peer, Dir: Out, Header: h, Raw: pkt, At: now}
 		for _, t := range *taps {

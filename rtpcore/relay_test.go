@@ -413,6 +413,47 @@ func TestTapsSeeBothDirections(t *testing.T) {
 	}
 }
 
+// An In tap is shown what the far end sends and nothing the relay sends
+// it, beside a full tap on the same leg that sees both.
+func TestInTapSeesOnlyReceived(t *testing.T) {
+	e := newEngine(t, Options{})
+	_, la, lb, pa, pb := bridgedPair(t, e)
+	var mu sync.Mutex
+	all, in := map[Direction]int{}, map[Direction]int{}
+	removeAll := la.AddTap(TapFunc(func(p *Packet) {
+		mu.Lock()
+		all[p.Dir]++
+		mu.Unlock()
+	}))
+	removeIn := la.AddInTap(TapFunc(func(p *Packet) {
+		mu.Lock()
+		in[p.Dir]++
+		mu.Unlock()
+	}))
+	for i := 0; i < 10; i++ {
+		pa.sendTo(legTo(la), pa.packet(PayloadPCMA, 160))
+		pb.sendTo(legTo(lb), pb.packet(PayloadPCMA, 160))
+	}
+	waitFor(t, "taps", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return all[In] == 10 && all[Out] == 10 && in[In] == 10
+	})
+	mu.Lock()
+	if in[Out] != 0 {
+		t.Errorf("in tap saw %d packets sent", in[Out])
+	}
+	mu.Unlock()
+	removeAll()
+	if la.outTaps.Load() != nil || la.taps.Load() == nil {
+		t.Error("with only an In tap left the leg still has Out taps, or lost its In tap")
+	}
+	removeIn()
+	if la.taps.Load() != nil || la.outTaps.Load() != nil {
+		t.Error("taps not detached")
+	}
+}
+
 func TestInjectionReplacesRelay(t *testing.T) {
 	e := newEngine(t, Options{})
 	_, la, lb, pa, pb := bridgedPair(t, e)

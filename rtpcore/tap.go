@@ -61,19 +61,29 @@ var tapsMu sync.Mutex // serialises copy-on-write updates of every leg's tap lis
 
 // tapEntry wraps an attached Tap so that detaching compares entries, not
 // Tap values (a TapFunc is not comparable).
-type tapEntry struct{ Tap }
+type tapEntry struct {
+	Tap
+	inOnly bool // shown only packets received from the far end
+}
 
 // AddTap attaches t to the leg and returns a function that detaches it.
 // With no tap attached the relay pays one atomic load per packet.
-func (l *Leg) AddTap(t Tap) (remove func()) {
-	e := &tapEntry{t}
+func (l *Leg) AddTap(t Tap) (remove func()) { return l.addTap(&tapEntry{Tap: t}) }
+
+// AddInTap attaches t to the leg so that it sees only the packets received
+// from the far end (In), never those sent to it, and returns a function
+// that detaches it. The relay does not call it, nor build a Packet for it,
+// for packets it sends: a tap that keeps only what the far end says costs
+// half as many calls as one attached with AddTap.
+func (l *Leg) AddInTap(t Tap) (remove func()) { return l.addTap(&tapEntry{Tap: t, inOnly: true}) }
+
+func (l *Leg) addTap(e *tapEntry) (remove func()) {
 	tapsMu.Lock()
 	var next []*tapEntry
 	if cur := l.taps.Load(); cur != nil {
 		next = append(next, (*cur)...)
 	}
-	next = append(next, e)
-	l.taps.Store(&next)
+	l.storeTaps(append(next, e))
 	tapsMu.Unlock()
 	var once sync.Once
 	return func() {
@@ -90,12 +100,30 @@ func (l *Leg) AddTap(t Tap) (remove func()) {
 					rest = append(rest, x)
 				}
 			}
-			if len(rest) == 0 {
-				l.taps.Store(nil)
-				return
-			}
-			l.taps.Store(&rest)
+			l.storeTaps(rest)
 		})
+	}
+}
+
+// storeTaps publishes all as the leg's taps, and those not limited to In
+// packets as its Out taps (nil lists when empty, so the relay pays one
+// atomic load). It is called with tapsMu held.
+func (l *Leg) storeTaps(all []*tapEntry) {
+	var out []*tapEntry
+	for _, x := range all {
+		if !x.inOnly {
+			out = append(out, x)
+		}
+	}
+	if len(all) == 0 {
+		l.taps.Store(nil)
+	} else {
+		l.taps.Store(&all)
+	}
+	if len(out) == 0 {
+		l.outTaps.Store(nil)
+	} else {
+		l.outTaps.Store(&out)
 	}
 }
 

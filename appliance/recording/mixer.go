@@ -1,6 +1,8 @@
 package recording
 
 import (
+	"slices"
+	"sync"
 	"time"
 
 	"pbx/rtpcore"
@@ -31,15 +33,152 @@ type frameSink interface {
 	WriteStereo(left, right []int16) error
 }
 
-// channel is one direction's audio not yet written out: buf[i] is the
-// sample at frame mixer.base+i.
+// channel is one direction's audio not yet written out, kept as G.711
+// bytes (half the memory of samples, which matters with hundreds of
+// recordings each touching its window every drain) and decoded only when
+// written: buf[i] is the byte of frame mixer.base+i, A-law when bit i of
+// alaw is set and µ-law otherwise; silence is µ-law 0xFF (sample 0). Bits
+// past len(buf) are always clear.
 type channel struct {
 	started   bool
 	ssrc      uint32
 	anchorTS  uint32
 	anchorPos int64
-	buf       []int16
-	decoded   []int16
+	buf       []byte
+	alaw      []byte
+}
+
+// ulawSilence is the µ-law byte of sample 0.
+const ulawSilence = 0xFF
+
+// linear maps a channel byte to its sample: linear[0][b] for µ-law byte
+// b, linear[1][b] for A-law byte b.
+var linear = func() (t [2][256]int16) {
+	var all [256]byte
+	for i := range all {
+		all[i] = byte(i)
+	}
+	copy(t[0][:], rtpcore.DecodeUlaw(nil, all[:]))
+	copy(t[1][:], rtpcore.DecodeAlaw(nil, all[:]))
+	return t
+}()
+
+// silence is a run of µ-law silence to pad channels with.
+var silence = func() (s [1024]byte) {
+	for i := range s {
+		s[i] = ulawSilence
+	}
+	return s
+}()
+
+// grow extends the channel with silence to n frames.
+func (c *channel) grow(n int) {
+	if old := len(c.buf); n > old {
+		c.buf = slices.Grow(c.buf, n-old)[:n]
+		for tail := c.buf[old:]; len(tail) > 0; {
+			tail = tail[copy(tail, silence[:]):]
+		}
+	}
+	if old, nb := len(c.alaw), (n+7)/8; nb > old {
+		c.alaw = slices.Grow(c.alaw, nb-old)[:nb]
+		clear(c.alaw[old:])
+	}
+}
+
+// decode appends the samples of the first n frames to dst: in one pass
+// when they are all in one codec, else eight frames (one byte of the
+// bitmap) at a time.
+func (c *channel) decode(dst []int16, n int) []int16 {
+	k := len(dst)
+	dst = slices.Grow(dst, n)[:k+n]
+	out, in := dst[k:], c.buf[:n]
+	if t := c.uniform(n); t != nil { // the usual case: one codec throughout
+		for i, b := range in {
+			out[i] = t[b]
+		}
+		return dst
+	}
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		o, g := (*[8]int16)(out[i:i+8]), (*[8]byte)(in[i:i+8])
+		bits := c.alaw[i>>3]
+		if bits == 0 || bits == 0xFF {
+			t := &linear[bits&1]
+			for x := range o {
+				o[x] = t[g[x]]
+			}
+			continue
+		}
+		for x := range o {
+			o[x] = linear[bits>>x&1][g[x]]
+		}
+	}
+	for ; i < n; i++ {
+		out[i] = linear[c.alaw[i>>3]>>(i&7)&1][in[i]]
+	}
+	return dst
+}
+
+// uniform returns the table decoding all of the first n frames when they
+// are in one codec, nil when they mix both.
+func (c *channel) uniform(n int) *[256]int16 {
+	bits := c.alaw[:(n+7)/8]
+	first := bits[0]
+	if first != 0 && first != 0xFF {
+		return nil
+	}
+	for _, b := range bits[:n/8] {
+		if b != first {
+			return nil
+		}
+	}
+	if n%8 != 0 && (bits[n/8]^first)&(1<<(n%8)-1) != 0 {
+		return nil
+	}
+	return &linear[first&1]
+}
+
+// mark sets (A-law) or clears (µ-law) the bits of frames [from, to).
+func (c *channel) mark(from, to int, alaw bool) {
+	var fill byte
+	if alaw {
+		fill = 0xFF
+	}
+	for ; from < to && from&7 != 0; from++ {
+		c.setBit(from, alaw)
+	}
+	for ; from+8 <= to; from += 8 {
+		c.alaw[from>>3] = fill
+	}
+	for ; from < to; from++ {
+		c.setBit(from, alaw)
+	}
+}
+
+func (c *channel) setBit(i int, alaw bool) {
+	if alaw {
+		c.alaw[i>>3] |= 1 << (i & 7)
+	} else {
+		c.alaw[i>>3] &^= 1 << (i & 7)
+	}
+}
+
+// drop removes the first n frames.
+func (c *channel) drop(n int) {
+	rest := len(c.buf) - n
+	c.buf = c.buf[:copy(c.buf, c.buf[n:])]
+	if n%8 == 0 {
+		c.alaw = c.alaw[:copy(c.alaw, c.alaw[n/8:])]
+		return
+	}
+	for i := 0; i < rest; i++ { // n not a whole byte of bits: bit by bit
+		j := i + n
+		c.setBit(i, c.alaw[j>>3]>>(j&7)&1 != 0)
+	}
+	c.alaw = c.alaw[:(rest+7)/8]
+	if rest%8 != 0 {
+		c.alaw[rest>>3] &= 1<<(rest%8) - 1
+	}
 }
 
 // mixer places each direction's samples on one wall-clock timeline that
@@ -78,12 +217,10 @@ func (m *mixer) wallPos(t time.Time) int64 {
 // than G.711 (telephone-event, comfort noise) are not audio and are
 // skipped.
 func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time) error {
-	c := &m.ch[side]
-	var ok bool
-	c.decoded, ok = rtpcore.Decode(h.PayloadType, c.decoded[:0], payload)
-	if !ok || len(c.decoded) == 0 {
+	if (h.PayloadType != rtpcore.PayloadPCMA && h.PayloadType != rtpcore.PayloadPCMU) || len(payload) == 0 {
 		return nil
 	}
+	c := &m.ch[side]
 	wall := m.wallPos(at)
 	pos := wall
 	if c.started && c.ssrc == h.SSRC {
@@ -95,28 +232,28 @@ func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time)
 	} else {
 		c.started, c.ssrc, c.anchorTS, c.anchorPos = true, h.SSRC, h.Timestamp, wall
 	}
-	m.place(side, pos, c.decoded)
+	m.place(side, pos, h.PayloadType, payload)
 	return m.flush(false)
 }
 
-// place copies samples at frame position pos of side; what falls before
-// the frames already final is dropped (it came too late).
-func (m *mixer) place(side int, pos int64, samples []int16) {
+// place copies the G.711 bytes of payload type pt into side's pending
+// audio at frame position pos (one frame per byte); what falls before the
+// frames already final is dropped (it came too late).
+func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
 	c := &m.ch[side]
 	idx := pos - m.written
 	if idx < 0 {
-		if -idx >= int64(len(samples)) {
+		if -idx >= int64(len(g711)) {
 			return
 		}
-		samples = samples[-idx:]
+		g711 = g711[-idx:]
 		idx = 0
 	}
 	idx += m.written - m.base
-	end := int(idx) + len(samples)
-	if end > len(c.buf) {
-		c.buf = append(c.buf, make([]int16, end-len(c.buf))...)
-	}
-	copy(c.buf[idx:], samples)
+	end := int(idx) + len(g711)
+	c.grow(end)
+	copy(c.buf[idx:], g711)
+	c.mark(int(idx), end, pt == rtpcore.PayloadPCMA)
 }
 
 // pending is how many frames of side are past the final ones.
@@ -125,10 +262,7 @@ func (m *mixer) pending(side int) int { return len(m.ch[side].buf) - int(m.writt
 // padTo extends side's pending audio with silence to n frames past the
 // final ones.
 func (m *mixer) padTo(side, n int) {
-	n += int(m.written - m.base)
-	if c := &m.ch[side]; n > len(c.buf) {
-		c.buf = append(c.buf, make([]int16, n-len(c.buf))...)
-	}
+	m.ch[side].grow(n + int(m.written-m.base))
 }
 
 // flush makes final the frames both directions are more than
@@ -154,23 +288,36 @@ func (m *mixer) flush(final bool) error {
 		m.written += int64(n)
 	}
 	if final {
-		return m.emit()
+		return m.emitN(int(m.written - m.base))
 	}
 	return nil
 }
 
-// emit hands the final frames to the sink in one write.
-func (m *mixer) emit() error {
-	n := int(m.written - m.base)
+// emit hands the final frames to the sink in one write, in whole bytes of
+// the channels' A-law bitmaps (up to 7 frames wait for the next emit; the
+// file's bytes are the same).
+func (m *mixer) emit() error { return m.emitN(int(m.written-m.base) &^ 7) }
+
+// scratch holds the decoded samples of one emit; the writer loop reuses
+// one for every recording, so they stay in the cache.
+var scratch = sync.Pool{New: func() any { return new([]int16) }}
+
+// emitN decodes the first n final frames and hands them to the sink in one
+// write.
+func (m *mixer) emitN(n int) error {
 	if n <= 0 {
 		return nil
 	}
-	err := m.out.WriteStereo(m.ch[Left].buf[:n], m.ch[Right].buf[:n])
+	sp := scratch.Get().(*[]int16)
+	pcm := m.ch[Left].decode((*sp)[:0], n)
+	pcm = m.ch[Right].decode(pcm, n)
+	err := m.out.WriteStereo(pcm[:n], pcm[n:])
+	*sp = pcm
+	scratch.Put(sp)
 	for i := range m.ch {
-		c := &m.ch[i]
-		c.buf = c.buf[:copy(c.buf, c.buf[n:])]
+		m.ch[i].drop(n)
 	}
-	m.base = m.written
+	m.base += int64(n)
 	return err
 }
 

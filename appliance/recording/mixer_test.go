@@ -3,6 +3,7 @@ package recording
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -283,5 +284,66 @@ func TestMixerOutputIndependentOfEmitCadence(t *testing.T) {
 			t.Errorf("emitting every %d packets: %d bytes differ from emitting every packet (%d bytes)", every, len(got), len(ref))
 		}
 	}
-	t.Logf("sha256 %x", sha256.Sum256(ref))
+	// The file as the mixer wrote it when it kept decoded samples: keeping
+	// G.711 bytes and decoding on the way out changes nothing.
+	if sum := fmt.Sprintf("%x", sha256.Sum256(ref)); sum != "2364ff37c9c004bd988a57503ccf4709d88249556e085e542a5c1220f3deeb3a" {
+		t.Errorf("sha256 %s", sum)
+	}
+}
+
+// A side that changes codec mid-call (a re-INVITE) is decoded in each
+// packet's own codec, and its gaps are silence (sample 0, which no A-law
+// byte decodes to), whatever the codec around them; hand-outs of any size
+// keep the alignment.
+func TestMixerFollowsACodecChangeWithSilentGaps(t *testing.T) {
+	f := &frames{}
+	m := newMixer(f, 8000, t0)
+	ulaw := rtpcore.EncodeUlaw(nil, make([]int16, 160))
+	for i := range ulaw {
+		ulaw[i] = rtpcore.UlawEncode(-3000)
+	}
+	for n := 0; n < 100; n++ {
+		at := t0.Add(time.Duration(n) * 20 * time.Millisecond)
+		switch {
+		case n < 25:
+			send(t, m, Left, 1, n, 1000, 0)
+		case n >= 30:
+			h := rtpcore.Header{PayloadType: rtpcore.PayloadPCMU, Timestamp: uint32(1000 + 160*n), SSRC: 1}
+			if err := m.packet(Left, h, ulaw, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h := rtpcore.Header{PayloadType: rtpcore.PayloadPCMU, Timestamp: uint32(9000 + 160*n), SSRC: 2}
+		if n < 60 || n >= 70 {
+			if n >= 80 {
+				send(t, m, Right, 2, n, 700, 0) // a new codec and timestamp origin
+			} else if err := m.packet(Right, h, ulaw, at); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch n {
+		case 40:
+			if err := m.emitN(13); err != nil { // not a whole byte of the bitmaps
+				t.Fatal(err)
+			}
+		case 55, 90:
+			if err := m.emit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := m.finish(t0.Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	u := rtpcore.UlawDecode(rtpcore.UlawEncode(-3000))
+	checkRange(t, "left A-law", f.l, 0, 4000, level(1000))
+	checkRange(t, "left gap", f.l, 4000, 4800, 0)
+	checkRange(t, "left µ-law", f.l, 4800, 16000, u)
+	checkRange(t, "right µ-law", f.r, 0, 9600, u)
+	checkRange(t, "right gap", f.r, 9600, 11200, 0)
+	checkRange(t, "right µ-law again", f.r, 11200, 12800, u)
+	checkRange(t, "right A-law", f.r, 12800, 16000, level(700))
+	if len(f.l) != 16000 || len(f.r) != 16000 {
+		t.Errorf("%d and %d frames, want 16000", len(f.l), len(f.r))
+	}
 }

@@ -177,7 +177,7 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	r.mix = newMixer(r.w, sampleRate, at)
 	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
 		r.taps[i] = &tapBuffer{max: s.opts.QueueSize}
-		r.untap[i] = leg.AddTap(r.taps[i])
+		r.untap[i] = leg.AddInTap(r.taps[i])
 	}
 	s.mu.Lock()
 	r.slice = s.nextSlice
