@@ -238,27 +238,39 @@ func (c *Call) Infos() <-chan []byte { return c.infos }
 // SendInfo sends an INFO with body and content type inside the dialog and
 // returns the final status.
 func (c *Call) SendInfo(ctx context.Context, contentType string, body []byte) (int, error) {
+	req := c.inDialog(sip.INFO, contentType, body)
+	res, err := c.do(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	return res.StatusCode, nil
+}
+
+// inDialog is a request of method inside the call's dialog, toward the far
+// end's Contact through the PBX, with body of contentType when body is not
+// nil.
+func (c *Call) inDialog(method sip.RequestMethod, contentType string, body []byte) *sip.Request {
 	var uri sip.Uri
 	if c.dc != nil {
 		uri = c.dc.InviteResponse.Contact().Address
 	} else {
 		uri = c.ds.InviteRequest.Contact().Address
 	}
-	req := sip.NewRequest(sip.INFO, uri)
+	req := sip.NewRequest(method, uri)
 	req.SetDestination(c.p.opts.PBX.String())
-	req.AppendHeader(sip.NewHeader("Content-Type", contentType))
-	req.SetBody(body)
-	var res *sip.Response
-	var err error
+	if body != nil {
+		req.AppendHeader(sip.NewHeader("Content-Type", contentType))
+		req.SetBody(body)
+	}
+	return req
+}
+
+// do sends req in the call's dialog and returns the final response.
+func (c *Call) do(ctx context.Context, req *sip.Request) (*sip.Response, error) {
 	if c.dc != nil {
-		res, err = c.dc.Do(ctx, req)
-	} else {
-		res, err = c.ds.Do(ctx, req)
+		return c.dc.Do(ctx, req)
 	}
-	if err != nil {
-		return 0, err
-	}
-	return res.StatusCode, nil
+	return c.ds.Do(ctx, req)
 }
 
 // Final returns the final status and error of an outgoing call (after Done)
@@ -328,17 +340,7 @@ type ReInviteTx struct {
 // section 14.1 lets the answerer offer in its 2xx) and returns without
 // waiting for the answer.
 func (c *Call) StartReInvite(ctx context.Context, body []byte) (*ReInviteTx, error) {
-	var uri sip.Uri
-	if c.dc != nil {
-		uri = c.dc.InviteResponse.Contact().Address
-	} else {
-		uri = c.ds.InviteRequest.Contact().Address
-	}
-	req := sip.NewRequest(sip.INVITE, uri)
-	req.SetDestination(c.p.opts.PBX.String())
-	if body != nil {
-		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
-	}
+	req := c.inDialog(sip.INVITE, "application/sdp", body)
 	req.SetBody(body)
 	var tx sip.ClientTransaction
 	var err error
@@ -350,7 +352,7 @@ func (c *Call) StartReInvite(ctx context.Context, body []byte) (*ReInviteTx, err
 	if err != nil {
 		return nil, err
 	}
-	ri := &ReInviteTx{c: c, uri: uri, tx: tx, retrans: make(chan *sip.Response, 16)}
+	ri := &ReInviteTx{c: c, uri: req.Recipient, tx: tx, retrans: make(chan *sip.Response, 16)}
 	tx.OnRetransmission(func(r *sip.Response) {
 		select {
 		case ri.retrans <- r:

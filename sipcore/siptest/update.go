@@ -10,25 +10,7 @@ import (
 // when not nil, and returns the final response. An answer's address
 // becomes the phone's RTP remote.
 func (c *Call) SendUpdate(ctx context.Context, body []byte) (*sip.Response, error) {
-	var uri sip.Uri
-	if c.dc != nil {
-		uri = c.dc.InviteResponse.Contact().Address
-	} else {
-		uri = c.ds.InviteRequest.Contact().Address
-	}
-	req := sip.NewRequest(sip.UPDATE, uri)
-	req.SetDestination(c.p.opts.PBX.String())
-	if body != nil {
-		req.AppendHeader(sip.NewHeader("Content-Type", "application/sdp"))
-		req.SetBody(body)
-	}
-	var res *sip.Response
-	var err error
-	if c.dc != nil {
-		res, err = c.dc.Do(ctx, req)
-	} else {
-		res, err = c.ds.Do(ctx, req)
-	}
+	res, err := c.do(ctx, c.inDialog(sip.UPDATE, "application/sdp", body))
 	if err != nil {
 		return nil, err
 	}
