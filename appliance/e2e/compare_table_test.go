@@ -102,8 +102,9 @@ func compareRows(cfg compareConfig, k, p *compareResult) []compareRow {
 			ratio: ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), lowerBetter: true,
 			target: fmt.Sprintf("<= %.1f x rtpengine's", targetRelayShare),
 			met:    atMostVerdict(ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), targetRelayShare)},
-		compareRow{figure: "3. Added jitter p99, loss", kam: "not measured", pbx: "not measured here: rtpcore's BenchmarkConcurrentCalls measures both in process",
-			target: "< 1 ms, < 0.1%", met: "n/a"},
+		compareRow{figure: fmt.Sprintf("3. Added jitter p99 and loss: a probe call's round trip (through the relay twice, SIPp echoing) beside %d calls", cfg.calls),
+			kam: probeCell(k.held.probe), pbx: probeCell(p.held.probe), ratio: ratio(p.held.probe.jitterP99.Seconds(), k.held.probe.jitterP99.Seconds()),
+			lowerBetter: true, target: "jitter < 1 ms, loss < 0.1%", met: probeVerdict(p.held.probe)},
 		compareRow{figure: fmt.Sprintf("4. Memory per held call, %d calls", cfg.calls), kam: memCell(k.held), pbx: memCell(p.held),
 			ratio: ratio(p.held.kBPerCall, k.held.kBPerCall), lowerBetter: true, target: "<= Kamailio's",
 			met: atMostVerdict(ratio(p.held.kBPerCall, k.held.kBPerCall), 1)},
@@ -327,11 +328,15 @@ func regMemCell(m regMemory) string {
 	if m.idle == 0 {
 		return verdictNone
 	}
-	back := fmt.Sprintf("not within 20%% of idle in %s", m.wait)
-	if m.back >= 0 {
-		back = fmt.Sprintf("within 20%% after %s", m.back.Round(time.Second))
+	return fmt.Sprintf("%s / %s / %s (%s)", mbCell(m.idle), mbCell(m.peak), mbCell(m.after), m.backString())
+}
+
+// backString tells when memory was back within 20% of idle.
+func (m regMemory) backString() string {
+	if m.back < 0 {
+		return fmt.Sprintf("not within 20%% of idle in %s", m.wait)
 	}
-	return fmt.Sprintf("%s / %s / %s (%s)", mbCell(m.idle), mbCell(m.peak), mbCell(m.after), back)
+	return fmt.Sprintf("within 20%% after %s", m.back.Round(time.Second))
 }
 
 func mbCell(kB int64) string {

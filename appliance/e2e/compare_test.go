@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,8 +31,8 @@ import (
 //     then a step at 80% of Kamailio's sustained rate.
 //   - CPU per call at one fixed rate: Kamailio, then the PBX with records
 //     off and on, PBX_COMPARE_CALL_CPU_RUNS times alternately.
-//   - with PBX_COMPARE_OFF_LADDER=1, the INVITE ladder of the PBX with
-//     records off too.
+//   - the INVITE ladder of the PBX with records off (the first
+//     figures were with records off), unless PBX_COMPARE_OFF_LADDER=0.
 //   - calls from a carrier trusted by address (no digest) to a DID: a ladder.
 //   - PBX_COMPARE_CALLS calls held with RTP both ways (the callee echoes):
 //     memory per held call and the relay's CPU per relayed packet.
@@ -55,7 +56,7 @@ import (
 //	PBX_COMPARE_CPS_RATES         INVITE ladder, calls per second       250,500,750,1000,1500,2000,2500,3000
 //	PBX_COMPARE_CALL_CPU_RATE     fixed rate for CPU per call           500
 //	PBX_COMPARE_CALL_CPU_RUNS     records off/on pairs at that rate     2
-//	PBX_COMPARE_OFF_LADDER        1: also the records-off INVITE ladder off
+//	PBX_COMPARE_OFF_LADDER        0: no records-off INVITE ladder       1
 //	PBX_COMPARE_TRUNK_RATES       trunk ladder, calls per second        as PBX_COMPARE_CPS_RATES
 //	PBX_COMPARE_CALL_LENGTH       length of a ladder's calls            1s
 //	PBX_COMPARE_PAUSE             rest between call steps               6s
@@ -93,17 +94,18 @@ func BenchmarkCompareKamailio(b *testing.B) {
 		}
 	}
 	phase("REGISTER", false, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
-		compareRegister(b, s, cfg, users, r, at80(k.register))
+		// Kamailio's 80% step is of the ladder it has just run.
+		compareRegister(b, s, cfg, users, r, func() int { return at80(k.register) })
 	})
 	phase("INVITE + 407 ladder", true, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
-		r.invite, r.inviteAt80 = compareCallLadder(b, s, cfg, cfg.cpsRates, false, at80(k.invite))
+		r.invite, r.inviteAt80 = compareCallLadder(b, s, cfg, cfg.cpsRates, false, func() int { return at80(k.invite) })
 	})
 	cpuSides := []compareSide{kam}
 	for range cfg.callCPURuns {
 		cpuSides = append(cpuSides, pbxOff, pbx)
 	}
 	phase(fmt.Sprintf("CPU per call at %d/s", cfg.callCPURate), true, cpuSides, func(s *sut, r *compareResult) {
-		_, st := compareCallLadder(b, s, cfg, nil, false, cfg.callCPURate)
+		_, st := compareCallLadder(b, s, cfg, nil, false, func() int { return cfg.callCPURate })
 		if s.name == "pbx-records-off" {
 			r.callCPUOff = append(r.callCPUOff, st)
 		} else {
@@ -112,11 +114,11 @@ func BenchmarkCompareKamailio(b *testing.B) {
 	})
 	if cfg.offLadder {
 		phase("INVITE + 407 ladder, records off", true, []compareSide{pbxOff}, func(s *sut, r *compareResult) {
-			r.inviteOff, _ = compareCallLadder(b, s, cfg, cfg.cpsRates, false, 0)
+			r.inviteOff, _ = compareCallLadder(b, s, cfg, cfg.cpsRates, false, nil)
 		})
 	}
 	phase("trusted trunk ladder", true, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
-		r.trunk, _ = compareCallLadder(b, s, cfg, cfg.trunkRates, true, 0)
+		r.trunk, _ = compareCallLadder(b, s, cfg, cfg.trunkRates, true, nil)
 	})
 	phase(fmt.Sprintf("%d held calls with RTP", cfg.calls), true, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
 		r.held = compareHeldCalls(b, s, cfg)
@@ -161,7 +163,7 @@ func loadCompareConfig() compareConfig {
 		calls:       benchEnvInt("PBX_COMPARE_CALLS", 1000),
 		callCPURate: benchEnvInt("PBX_COMPARE_CALL_CPU_RATE", 500),
 		callCPURuns: max(benchEnvInt("PBX_COMPARE_CALL_CPU_RUNS", 2), 1),
-		offLadder:   os.Getenv("PBX_COMPARE_OFF_LADDER") == "1",
+		offLadder:   os.Getenv("PBX_COMPARE_OFF_LADDER") != "0",
 		step:        benchEnvDuration("PBX_COMPARE_STEP", 10*time.Second),
 		callLength:  benchEnvDuration("PBX_COMPARE_CALL_LENGTH", time.Second),
 		pause:       benchEnvDuration("PBX_COMPARE_PAUSE", 6*time.Second),
@@ -290,9 +292,9 @@ func runLadder(name string, rates []int, pause time.Duration, step func(rate int
 
 // compareRegister runs the REGISTER phase on s into r: memory idle, the
 // ladder with its memory peak (and the PBX's 503s), memory for cfg.settle
-// after it, a step at rate80 (none when 0), and CPU per REGISTER at the
+// after it, a step at rate80() (none when 0), and CPU per REGISTER at the
 // fixed rate.
-func compareRegister(b *testing.B, s *sut, cfg compareConfig, users []string, r *compareResult, rate80 int) {
+func compareRegister(b *testing.B, s *sut, cfg compareConfig, users []string, r *compareResult, rate80 func() int) {
 	dir, ports := registerLoadDir(b, cfg, users)
 	time.Sleep(time.Second) // let the start's allocations settle
 	r.regMem.idle = pssKB(b, s.memPIDs)
@@ -313,10 +315,10 @@ func compareRegister(b *testing.B, s *sut, cfg compareConfig, users []string, r 
 		r.shed503, r.queueDropped = s.metric(compareShedMetric)-shed0, s.metric(compareQueueMetric)-drop0
 	}
 	settleMemory(b, s.memPIDs, &r.regMem, cfg.settle)
-	compareLogf("  %s memory: idle %d kB, peak %d kB, %d kB at the ladder's end, %d kB %s after (within 20%% of idle after %s)",
-		s.name, r.regMem.idle, r.regMem.peak, r.regMem.end, r.regMem.after, cfg.settle, r.regMem.back)
-	if rate80 > 0 {
-		r.regAt80, _ = registerStep(b, s, dir, ports, rate80, cfg.step)
+	compareLogf("  %s memory: idle %d kB, peak %d kB, %d kB at the ladder's end, %d kB %s after (%s)",
+		s.name, r.regMem.idle, r.regMem.peak, r.regMem.end, r.regMem.after, cfg.settle, r.regMem.backString())
+	if rate := rate80(); rate > 0 {
+		r.regAt80, _ = registerStep(b, s, dir, ports, rate, cfg.step)
 		compareLogf("  %s REGISTER at 80%% of Kamailio's: %s", s.name, r.regAt80)
 		time.Sleep(time.Second)
 	}
@@ -402,15 +404,21 @@ func maxTime(a, b time.Time) time.Time {
 // compareCallLadder registers bob from a SIPp UAS that answers, then offers
 // calls of cfg.callLength at each rate: from alice with 407 digest to 101,
 // or with trunk from the trusted carrier address to the DID. After the
-// ladder, a step at extra (none when 0): the 80% step, or alone a fixed rate.
-func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, trunk bool, extra int) (ladder, compareStep) {
+// ladder, a step at extra() (none when nil or 0), at most the highest of
+// rates when there are any: the 80% step, or alone a fixed rate.
+func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, trunk bool, extra func() int) (ladder, compareStep) {
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(b)
 	registerAt(b, s.addr, dir, "bob", bobPort)
 	// The UAS outlives the ladder (twice the calls it can be offered) so that
 	// its CPU can be read after every step; the cleanup ends it.
-	maxCalls := 0
-	for _, r := range append([]int{extra}, rates...) {
+	maxCalls, top := 0, 0
+	if len(rates) > 0 {
+		top = slices.Max(rates)
+	} else if extra != nil {
+		top = extra()
+	}
+	for _, r := range append([]int{top}, rates...) {
 		maxCalls += 2 * r * int(cfg.step/time.Second)
 	}
 	uas := startSIPpLoad(b, dir, "uas", 30*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(maxCalls),
@@ -449,12 +457,16 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	}
 	l := runLadder(name, rates, cfg.pause, step)
 	var last compareStep
-	if extra > 0 {
+	rate := 0
+	if extra != nil {
+		rate = extra()
+	}
+	if rate > 0 {
 		if len(rates) > 0 {
 			time.Sleep(cfg.pause)
 		}
-		last = step(extra)
-		compareLogf("  %s at %d/s: %s; %s per call", name, extra, last, cpuPerOK([]compareStep{last}))
+		last = step(rate)
+		compareLogf("  %s at %d/s: %s; %s per call", name, rate, last, cpuPerOK([]compareStep{last}))
 	}
 	return l, last
 }
@@ -490,6 +502,7 @@ type heldCalls struct {
 	kBPerCall    float64
 	cpuPerPacket time.Duration // the relay's
 	packetsPerS  float64       // relayed, as the relay counted them
+	probe        rtpProbe      // one more call's round trips through the relay
 }
 
 // compareHeldCalls sets cfg.calls calls up from alice to bob (SIPp plays
@@ -509,7 +522,7 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 	}
 	bobPort := freePort(b)
 	registerAt(b, s.addr, dir, "bob", bobPort)
-	startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(n),
+	startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(n+1),
 		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-rtp_echo", "-t", "u1")
 	time.Sleep(300 * time.Millisecond)
 	memBefore := pssKB(b, s.memPIDs)
@@ -526,12 +539,15 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The probe's packets cross the relay during the window too.
+	probe := startProbe(b, s, dir, window+2*time.Second)
 	time.Sleep(time.Second) // let every relay reach its steady state
 	cpu0 := cpuOf(b, s.relayPIDs)
 	pps := s.relayRate(window)
 	cpu := cpuOf(b, s.relayPIDs) - cpu0
 	memUp := pssKB(b, s.memPIDs)
-	h := heldCalls{up: n, kBPerCall: float64(memUp-memBefore) / float64(n), packetsPerS: pps}
+	h := heldCalls{up: n, kBPerCall: float64(memUp-memBefore) / float64(n), packetsPerS: pps, probe: <-probe}
+	compareLogf("  %s probe: %s", s.name, probeCell(h.probe))
 	if pps > 0 {
 		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * window.Seconds()))
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,7 +205,8 @@ func TestCompareTable(t *testing.T) {
 		regAt80:  sus(160, 200*time.Millisecond), inviteAt80: sus(80, 50*time.Millisecond),
 		regCPU: 90 * time.Microsecond, regCPUStep: sus(100, 0), shed503: 42, queueDropped: 0,
 		callCPU: []compareStep{sus(50, 0)}, callCPUOff: []compareStep{sus(50, 0)},
-		held:   heldCalls{up: 10, kBPerCall: 18, cpuPerPacket: 5 * time.Microsecond},
+		held: heldCalls{up: 10, kBPerCall: 18, cpuPerPacket: 5 * time.Microsecond,
+			probe: rtpProbe{sent: 2000, received: 1999, jitterP99: 300 * time.Microsecond}},
 		regMem: regMemory{idle: 1000, peak: 5000, after: 1100, back: 10 * time.Second, wait: 30 * time.Second},
 	}
 	table := compareTable(cfg, k, p, time.Minute)
@@ -215,6 +217,7 @@ func TestCompareTable(t *testing.T) {
 		"| 2. INVITE at 80% of Kamailio's sustained (80/s) | p99 < 5ms, 0 retransmissions | p99 < 50ms, 0 retransmissions | — | p99 setup < 100ms | met |",
 		"1000.0 us -> 1000.0 us: +0% | 1.00 | on <= off + 15% | met |",
 		"| 0.42 (better) | <= 0.5 x rtpengine's | met |",
+		"| jitter p99 300µs, loss 0.05% (1999 of 2000 packets back, round trip) | — | jitter < 1 ms, loss < 0.1% | met |",
 		"| 4. Memory per held call, 1000 calls | 12.0 kB | 18.0 kB | 1.50 | <= Kamailio's | not met |",
 		"| 1.0 MB / 4.9 MB / 1.1 MB (within 20% after 10s) | 2.50 | <= 1.2 x idle 30s after | met |",
 		"| not counted; every step sustained | 42 503s, 0 dropped; at 200/s p99 >= 5s, 0.0% failed | — | sheds: p99 < 1s | not met |",
@@ -222,5 +225,68 @@ func TestCompareTable(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+}
+
+// TestRTPProbe checks the probe's figures and its measuring loop against a
+// UDP echo on loopback (standing for the relay and the callee's echo) that
+// drops every tenth packet.
+func TestRTPProbe(t *testing.T) {
+	ms := time.Millisecond
+	p := probeStats(200, []time.Duration{3 * ms, 1 * ms, 2 * ms, 9 * ms})
+	if p.received != 4 || p.jitterP99 != 8*ms || p.loss() != 98 {
+		t.Errorf("stats %+v, loss %.1f%%", p, p.loss())
+	}
+	rtts := make([]time.Duration, 1000)
+	for i := range rtts {
+		rtts[i] = ms
+	}
+	rtts[0], rtts[1] = 50*ms, 40*ms // the two slowest are past the 99th percentile
+	if p := probeStats(1000, rtts); p.jitterP99 != 0 || probeVerdict(p) != verdictMet {
+		t.Errorf("1000 round trips of 1 ms but 2: jitter p99 %s, verdict %s", p.jitterP99, probeVerdict(p))
+	}
+	if v := probeVerdict(probeStats(1000, rtts[:998])); v != verdictNotMet {
+		t.Errorf("0.2%% lost: %s", v)
+	}
+	if v := probeVerdict(rtpProbe{err: "probe call not answered"}); !strings.HasPrefix(v, "n/a") {
+		t.Errorf("no probe: %s", v)
+	}
+
+	if a, ok := relayFromLog("2026-11-23 relay 127.0.0.1 40002\n"); !ok || a.String() != "127.0.0.1:40002" {
+		t.Errorf("relay from log: %v %t", a, ok)
+	}
+	if _, ok := relayFromLog("relay 127.0.0.1\n"); ok {
+		t.Error("a line without a port gave an address")
+	}
+
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for i := 0; ; i++ {
+			n, from, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			if i%10 != 9 {
+				_, _ = echo.WriteToUDP(buf[:n], from)
+			}
+		}
+	}()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := &probeCall{conn: conn, relay: echo.LocalAddr().(*net.UDPAddr)}
+	got := c.run(300 * time.Millisecond)
+	if got.sent < 30 || got.received != got.sent-got.sent/10 {
+		t.Errorf("sent %d, %d back; want every tenth lost", got.sent, got.received)
+	}
+	if got.jitterP99 <= 0 || got.jitterP99 > 100*ms {
+		t.Errorf("jitter p99 over loopback %s", got.jitterP99)
 	}
 }
