@@ -12,14 +12,14 @@ import (
 	"time"
 )
 
-// The RTP probe of the held-calls phase: one more call, set up by SIPp
-// (bench_uac_probe.xml) while the others are up, whose caller's media is the
-// benchmark's own socket. It sends RTP through the relay to the callee's
-// SIPp, which echoes it back through the relay, and times each packet's
-// round trip: the variation of that round trip is an upper bound of the
-// jitter the relay adds (it crosses the relay twice, and SIPp's echo and
-// the benchmark's own scheduling add theirs), and the packets that never
-// came back are the round trip's loss.
+// The RTP probe of the held-calls phase: one more call, from alice to carol,
+// set up by SIPp (bench_uac_probe.xml, bench_uas_probe.xml) while the others
+// are up, whose media at both ends are the benchmark's own sockets. It sends
+// RTP from the caller's socket through the relay and times each packet's
+// one-way transit to the callee's socket on the same clock: the variation
+// of that transit is the jitter the relay adds (with the benchmark's own
+// scheduling, on a loaded machine), and the packets that never arrived the
+// relay's loss.
 
 // probeInterval spaces the probe's packets: four times a call's rate, for
 // loss to be resolved finer than 0.1% in a few seconds.
@@ -28,25 +28,25 @@ const probeInterval = 5 * time.Millisecond
 // rtpProbe is what the probe measured.
 type rtpProbe struct {
 	sent, received int
-	// jitterP99 is the 99th percentile of each round trip minus the
-	// shortest one (two passes through the relay).
+	// jitterP99 is the 99th percentile of each packet's transit minus the
+	// shortest one.
 	jitterP99 time.Duration
 	err       string // why nothing was measured
 }
 
-// loss is the share of the probe's packets that did not come back, in percent.
+// loss is the share of the probe's packets that did not arrive, in percent.
 func (p rtpProbe) loss() float64 {
 	return percent(float64(p.sent-p.received), float64(p.sent))
 }
 
-// probeStats computes the figures from the round trips of the packets that
-// came back, out of sent.
-func probeStats(sent int, rtts []time.Duration) rtpProbe {
-	p := rtpProbe{sent: sent, received: len(rtts)}
-	if len(rtts) == 0 {
+// probeStats computes the figures from the transits of the packets that
+// arrived, out of sent.
+func probeStats(sent int, transits []time.Duration) rtpProbe {
+	p := rtpProbe{sent: sent, received: len(transits)}
+	if len(transits) == 0 {
 		return p
 	}
-	sorted := slices.Clone(rtts)
+	sorted := slices.Clone(transits)
 	slices.Sort(sorted)
 	idx := (len(sorted)*99+99)/100 - 1
 	p.jitterP99 = sorted[idx] - sorted[0]
@@ -55,26 +55,35 @@ func probeStats(sent int, rtts []time.Duration) rtpProbe {
 
 // probeCall is a probe call being set up; run measures over it.
 type probeCall struct {
-	conn  *net.UDPConn
-	sipp  *sippRun
-	log   string
-	relay *net.UDPAddr
+	from, to *net.UDPConn // the caller's and the callee's media
+	log      string
+	relay    *net.UDPAddr // where the caller sends: the relay's side for it
 }
 
-// startProbeCall binds the probe's socket and calls bob through s from
-// SIPp with that socket as the media, held for hold.
-func startProbeCall(b *testing.B, s *sut, dir string, hold time.Duration) *probeCall {
+// startProbeCall binds the probe's sockets, registers carol with a SIPp
+// UAS whose media is the callee's socket, and calls her through s from a
+// SIPp whose media is the caller's socket, held for hold.
+func startProbeCall(b testing.TB, s *sut, dir string, hold time.Duration) *probeCall {
 	b.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		b.Fatal(err)
+	bind := func() (*net.UDPConn, string) {
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = conn.Close() })
+		_ = conn.SetReadBuffer(1 << 20)
+		return conn, strconv.Itoa(conn.LocalAddr().(*net.UDPAddr).Port)
 	}
-	b.Cleanup(func() { _ = conn.Close() })
-	_ = conn.SetReadBuffer(1 << 20)
-	port := conn.LocalAddr().(*net.UDPAddr).Port
-	c := &probeCall{conn: conn, log: filepath.Join(dir, "probe.log")}
-	c.sipp = startSIPpArgs(b, dir, "probe", hold+2*time.Minute, s.addr, "-sf", "bench_uac_probe.xml", "-inf", "alice.csv",
-		"-s", "101", "-auth_uri", "101@"+s.addr, "-key", "probe_port", strconv.Itoa(port), "-m", "1",
+	from, fromPort := bind()
+	to, toPort := bind()
+	c := &probeCall{from: from, to: to, log: filepath.Join(dir, "probe.log")}
+	carolPort := freePort(b)
+	registerAt(b, s.addr, dir, "carol", carolPort)
+	startSIPpArgs(b, dir, "probe-uas", hold+2*time.Minute, s.addr, "-sf", "bench_uas_probe.xml", "-key", "probe_port", toPort,
+		"-m", "1", "-p", strconv.Itoa(carolPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+	time.Sleep(300 * time.Millisecond) // let the UAS bind before the call reaches it
+	startSIPpArgs(b, dir, "probe", hold+2*time.Minute, s.addr, "-sf", "bench_uac_probe.xml", "-inf", "alice.csv",
+		"-s", "102", "-auth_uri", "102@"+s.addr, "-key", "probe_port", fromPort, "-m", "1",
 		"-d", strconv.Itoa(int(hold/time.Millisecond)), "-recv_timeout", "10000", "-trace_logs", "-log_file", c.log,
 		"-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
 	return c
@@ -111,19 +120,19 @@ func relayFromLog(log string) (*net.UDPAddr, bool) {
 	return nil, false
 }
 
-// run sends RTP every probeInterval for d to the relay and collects what
-// comes back until a second after the last packet. It runs in its own
-// goroutine: it fails nothing, it reports.
+// run sends RTP every probeInterval for d from the caller's socket to the
+// relay and collects what reaches the callee's until a second after the
+// last packet. It fails nothing, it reports (it runs in its own goroutine).
 func (c *probeCall) run(d time.Duration) rtpProbe {
-	rtts := make(chan []time.Duration, 1)
+	transits := make(chan []time.Duration, 1)
 	start := time.Now()
 	go func() {
 		var got []time.Duration
 		seen := map[uint32]bool{}
 		buf := make([]byte, 1500)
-		_ = c.conn.SetReadDeadline(start.Add(d + time.Second))
+		_ = c.to.SetReadDeadline(start.Add(d + time.Second))
 		for {
-			n, err := c.conn.Read(buf)
+			n, err := c.to.Read(buf)
 			if err != nil {
 				break
 			}
@@ -138,31 +147,31 @@ func (c *probeCall) run(d time.Duration) rtpProbe {
 				got = append(got, now-sentAt)
 			}
 		}
-		rtts <- got
+		transits <- got
 	}()
 	pkt := make([]byte, 12+160)
 	pkt[0], pkt[1] = 0x80, 8 // RTP version 2, PCMA
 	binary.BigEndian.PutUint32(pkt[8:], 0x50b0be01)
 	sent := 0
-	tick := time.NewTicker(probeInterval)
-	for time.Since(start) < d {
-		<-tick.C
+	// Packet i leaves at i intervals from the start, at once when the
+	// sender is late (a ticker would drop the ticks of a busy machine).
+	for i := 0; time.Duration(i)*probeInterval < d; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * probeInterval)))
 		binary.BigEndian.PutUint16(pkt[2:], uint16(sent))
 		binary.BigEndian.PutUint32(pkt[4:], uint32(sent*160))
 		binary.BigEndian.PutUint32(pkt[12:], uint32(sent))
 		binary.BigEndian.PutUint64(pkt[16:], uint64(time.Since(start)))
-		if _, err := c.conn.WriteToUDP(pkt, c.relay); err == nil {
+		if _, err := c.from.WriteToUDP(pkt, c.relay); err == nil {
 			sent++
 		}
 	}
-	tick.Stop()
-	return probeStats(sent, <-rtts)
+	return probeStats(sent, <-transits)
 }
 
 // startProbe sets a probe call up on s and measures over d in the
 // background; the channel gets the figures, or at once the reason when the
 // call is not answered.
-func startProbe(b *testing.B, s *sut, dir string, d time.Duration) <-chan rtpProbe {
+func startProbe(b testing.TB, s *sut, dir string, d time.Duration) <-chan rtpProbe {
 	out := make(chan rtpProbe, 1)
 	c := startProbeCall(b, s, dir, d+3*time.Second)
 	if !c.answered(10 * time.Second) {
@@ -181,7 +190,7 @@ func probeCell(p rtpProbe) string {
 	case p.sent == 0:
 		return verdictNone
 	}
-	return fmt.Sprintf("jitter p99 %s, loss %.2f%% (%d of %d packets back, round trip)",
+	return fmt.Sprintf("jitter p99 %s, loss %.2f%% (%d of %d packets arrived)",
 		p.jitterP99.Round(10*time.Microsecond), p.loss(), p.received, p.sent)
 }
 
@@ -194,4 +203,30 @@ func probeVerdict(p rtpProbe) string {
 		return verdictMet
 	}
 	return verdictNotMet
+}
+
+// TestCompareProbe sets the probe call up through a real bin/pbx (records
+// off, no other call) and checks that its packets cross the relay: every
+// one arrives, with a transit jitter far under a second.
+func TestCompareProbe(t *testing.T) {
+	requireSIPp(t)
+	docs, _ := benchAccounts(0)
+	s := startComparePBX(t, docs, true, false)
+	dir := scenarioDir(t, map[string]string{"alice.csv": credentials("alice"), "carol.csv": credentials("carol")})
+	p := <-startProbe(t, s, dir, time.Second)
+	if p.err != "" {
+		t.Fatal(p.err)
+	}
+	if p.sent < 190 || p.loss() >= 1 || p.jitterP99 <= 0 || p.jitterP99 > 200*time.Millisecond {
+		t.Fatalf("probe through the pbx: %s", probeCell(p))
+	}
+	t.Logf("probe through an idle pbx: %s", probeCell(p))
+	// The probe's caller hangs up after its hold (3s past the measure).
+	deadline := time.Now().Add(15 * time.Second)
+	for s.mediaSessions() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe call did not end after its hold")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

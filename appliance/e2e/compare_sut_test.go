@@ -111,7 +111,7 @@ var compareDIDs = []compareDID{{"+15550001", "bob"}}
 // startComparePBX starts bin/pbx with call records on or off, the accounts
 // of docs, and a carrier trunk trusted by address whose DID rings bob. The
 // management API is on for its counters (SIP load shed; with media, RTP).
-func startComparePBX(b *testing.B, docs string, media, records bool) *sut {
+func startComparePBX(b testing.TB, docs string, media, records bool) *sut {
 	extra := docs + fmt.Sprintf(`---
 configVersion: pbx/v1
 kind: Trunk

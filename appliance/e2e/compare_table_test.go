@@ -102,7 +102,7 @@ func compareRows(cfg compareConfig, k, p *compareResult) []compareRow {
 			ratio: ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), lowerBetter: true,
 			target: fmt.Sprintf("<= %.1f x rtpengine's", targetRelayShare),
 			met:    atMostVerdict(ratio(p.held.cpuPerPacket.Seconds(), k.held.cpuPerPacket.Seconds()), targetRelayShare)},
-		compareRow{figure: fmt.Sprintf("3. Added jitter p99 and loss: a probe call's round trip (through the relay twice, SIPp echoing) beside %d calls", cfg.calls),
+		compareRow{figure: fmt.Sprintf("3. Added jitter p99 and loss: a probe call beside the %d, one way through the relay", cfg.calls),
 			kam: probeCell(k.held.probe), pbx: probeCell(p.held.probe), ratio: ratio(p.held.probe.jitterP99.Seconds(), k.held.probe.jitterP99.Seconds()),
 			lowerBetter: true, target: "jitter < 1 ms, loss < 0.1%", met: probeVerdict(p.held.probe)},
 		compareRow{figure: fmt.Sprintf("4. Memory per held call, %d calls", cfg.calls), kam: memCell(k.held), pbx: memCell(p.held),

@@ -98,14 +98,19 @@ func BenchmarkCompareKamailio(b *testing.B) {
 		compareRegister(b, s, cfg, users, r, func() int { return at80(k.register) })
 	})
 	phase("INVITE + 407 ladder", true, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
-		r.invite, r.inviteAt80 = compareCallLadder(b, s, cfg, cfg.cpsRates, false, func() int { return at80(k.invite) })
+		r.invite, r.inviteAt80 = compareCallLadder(b, s, cfg, cfg.cpsRates, false, func(own ladder) int {
+			if r == k {
+				return at80(own) // Kamailio's 80% step is of the ladder it has just run
+			}
+			return at80(k.invite)
+		})
 	})
 	cpuSides := []compareSide{kam}
 	for range cfg.callCPURuns {
 		cpuSides = append(cpuSides, pbxOff, pbx)
 	}
 	phase(fmt.Sprintf("CPU per call at %d/s", cfg.callCPURate), true, cpuSides, func(s *sut, r *compareResult) {
-		_, st := compareCallLadder(b, s, cfg, nil, false, func() int { return cfg.callCPURate })
+		_, st := compareCallLadder(b, s, cfg, nil, false, func(ladder) int { return cfg.callCPURate })
 		if s.name == "pbx-records-off" {
 			r.callCPUOff = append(r.callCPUOff, st)
 		} else {
@@ -404,9 +409,9 @@ func maxTime(a, b time.Time) time.Time {
 // compareCallLadder registers bob from a SIPp UAS that answers, then offers
 // calls of cfg.callLength at each rate: from alice with 407 digest to 101,
 // or with trunk from the trusted carrier address to the DID. After the
-// ladder, a step at extra() (none when nil or 0), at most the highest of
-// rates when there are any: the 80% step, or alone a fixed rate.
-func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, trunk bool, extra func() int) (ladder, compareStep) {
+// ladder, a step at extra(the ladder) (none when nil or 0), at most the
+// highest of rates when there are any: the 80% step, or alone a fixed rate.
+func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, trunk bool, extra func(ladder) int) (ladder, compareStep) {
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(b)
 	registerAt(b, s.addr, dir, "bob", bobPort)
@@ -416,7 +421,7 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	if len(rates) > 0 {
 		top = slices.Max(rates)
 	} else if extra != nil {
-		top = extra()
+		top = extra(ladder{})
 	}
 	for _, r := range append([]int{top}, rates...) {
 		maxCalls += 2 * r * int(cfg.step/time.Second)
@@ -459,7 +464,7 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	var last compareStep
 	rate := 0
 	if extra != nil {
-		rate = extra()
+		rate = extra(l)
 	}
 	if rate > 0 {
 		if len(rates) > 0 {
@@ -487,7 +492,7 @@ func cpuPerOK(steps []compareStep) time.Duration {
 
 // registerAt registers user at addr from local UDP port port (where a UAS
 // started later receives its calls).
-func registerAt(b *testing.B, addr, dir, user string, port int) {
+func registerAt(b testing.TB, addr, dir, user string, port int) {
 	b.Helper()
 	r := startSIPp(b, dir, "register-"+user, 30*time.Second, addr, "-sf", "register.xml", "-inf", user+".csv",
 		"-m", "1", "-p", strconv.Itoa(port), "-i", "127.0.0.1", "-t", "u1")
@@ -515,14 +520,14 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 	ramp := time.Duration(n/rate+1) * time.Second
 	window := 5 * time.Second
 	hold := benchEnvDuration("PBX_COMPARE_HOLD", 2*ramp+window+15*time.Second)
-	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
+	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice"), "carol.csv": credentials("carol")})
 	packets := int((hold - time.Second) / (20 * time.Millisecond))
 	if err := writeRTPCapture(filepath.Join(dir, "hold.pcap"), packets); err != nil {
 		b.Fatal(err)
 	}
 	bobPort := freePort(b)
 	registerAt(b, s.addr, dir, "bob", bobPort)
-	startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(n+1),
+	startSIPpLoad(b, dir, "uas", hold+ramp+2*time.Minute, s.addr, "-sf", "uas_answer.xml", "-m", strconv.Itoa(n),
 		"-p", strconv.Itoa(bobPort), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-rtp_echo", "-t", "u1")
 	time.Sleep(300 * time.Millisecond)
 	memBefore := pssKB(b, s.memPIDs)
