@@ -35,7 +35,9 @@ import (
 //     figures were with records off), unless PBX_COMPARE_OFF_LADDER=0.
 //   - calls from a carrier trusted by address (no digest) to a DID: a ladder.
 //   - PBX_COMPARE_CALLS calls held with RTP both ways (the callee echoes):
-//     memory per held call and the relay's CPU per relayed packet.
+//     memory per held call and the relay's CPU per relayed packet; beside
+//     them a probe call's jitter and loss one way through the relay
+//     (compare_probe_test.go).
 //
 // A ladder stops at the first rate not sustained: 1% or more failed, or
 // under 95% of the offered rate completed. SIPp counts a request shed with
@@ -507,13 +509,14 @@ type heldCalls struct {
 	kBPerCall    float64
 	cpuPerPacket time.Duration // the relay's
 	packetsPerS  float64       // relayed, as the relay counted them
-	probe        rtpProbe      // one more call's round trips through the relay
+	probe        rtpProbe      // one more call's packets one way through the relay
 }
 
 // compareHeldCalls sets cfg.calls calls up from alice to bob (SIPp plays
 // 20 ms PCMA packets, the UAS echoes them), waits until all are answered,
 // and measures over 5s the relay's CPU and packets, and the system's memory
-// against before the first call.
+// against before the first call; a probe call measures the relay's jitter
+// and loss meanwhile.
 func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 	n := cfg.calls
 	rate := min(max(n/5, 20), 200)

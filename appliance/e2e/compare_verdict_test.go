@@ -146,6 +146,11 @@ func TestCompareTargets(t *testing.T) {
 	if got := recordsVerdict(off, []compareStep{calls(2400*time.Millisecond, 1000)}); got != verdictNotMet {
 		t.Errorf("20%% more: %s", got)
 	}
+	short := calls(2400*time.Millisecond, 1000)
+	short.sustained = false
+	if got := recordsVerdict(off, []compareStep{short}); got != verdictNotMet+" (a step not sustained)" {
+		t.Errorf("20%% more, not sustained: %s", got)
+	}
 	if got := recordsVerdict(nil, []compareStep{calls(time.Second, 1000)}); !strings.HasPrefix(got, "n/a") {
 		t.Errorf("records off not measured: %s", got)
 	}
