@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,221 @@ func TestAnsweredCalls(t *testing.T) {
 	}
 	if n := answeredCalls(path); n != 10 {
 		t.Fatalf("answered %d, want 10 (the last line's buckets)", n)
+	}
+}
+
+// TestCompareTargets checks the verdicts of issue 16's targets on made-up
+// results: each could go either way.
+func TestCompareTargets(t *testing.T) {
+	sus := func(rate int) compareStep { return compareStep{rate: rate, sustained: true} }
+	k := ladder{rates: []int{100, 200, 300}, steps: []compareStep{sus(100), sus(200), {rate: 300}}}
+	if r := at80(k); r != 160 {
+		t.Errorf("80%% of 200/s: %d", r)
+	}
+	if r := at80(ladder{rates: []int{12000}, steps: []compareStep{sus(12000)}}); r != 9600 {
+		t.Errorf("80%% of 12000/s: %d", r)
+	}
+	if r := at80(ladder{rates: []int{100}, steps: []compareStep{{rate: 100}}}); r != 0 {
+		t.Errorf("80%% of nothing sustained: %d", r)
+	}
+	for _, c := range []struct {
+		p    ladder
+		want string
+	}{
+		{ladder{rates: k.rates, steps: []compareStep{sus(100), {rate: 200}}}, verdictNotMet},
+		{ladder{rates: k.rates, steps: []compareStep{sus(100), sus(200), {rate: 300}}}, verdictMet},
+		{ladder{rates: k.rates, steps: []compareStep{sus(100), sus(200), sus(300)}}, verdictMet},
+		{ladder{rates: k.rates, steps: []compareStep{{rate: 100}}}, verdictNotMet},
+	} {
+		if got := rateVerdict(k, c.p); got != c.want {
+			t.Errorf("rate verdict of %v against %v: %s, want %s", c.p.steps, k.steps, got, c.want)
+		}
+	}
+
+	step := func(p99 time.Duration, retrans int, sustained bool) compareStep {
+		return compareStep{rate: 160, sustained: sustained, stats: sippStats{SetupP99: p99, Retrans: retrans}}
+	}
+	for _, c := range []struct {
+		s         compareStep
+		max       time.Duration
+		noRetrans bool
+		want      string
+	}{
+		{step(20*time.Millisecond, 0, true), targetRegisterP99, true, verdictMet},
+		{step(50*time.Millisecond, 0, true), targetRegisterP99, true, verdictMet}, // the bucket under 50 ms
+		{step(100*time.Millisecond, 0, true), targetRegisterP99, true, verdictNotMet},
+		{step(20*time.Millisecond, 1, true), targetRegisterP99, true, verdictNotMet},
+		{step(20*time.Millisecond, 1, true), targetSetupP99, false, verdictMet},
+		{step(20*time.Millisecond, 0, false), targetSetupP99, false, verdictNotMet},
+		{step(-1, 0, true), targetSetupP99, false, verdictNotMet},
+	} {
+		if got := stepVerdict(c.s, c.max, c.noRetrans); got != c.want {
+			t.Errorf("step p99 %s retrans %d sustained %t against %s: %s, want %s",
+				c.s.stats.SetupP99, c.s.stats.Retrans, c.s.sustained, c.max, got, c.want)
+		}
+	}
+	if got := stepVerdict(compareStep{}, targetSetupP99, false); !strings.HasPrefix(got, "n/a") {
+		t.Errorf("no 80%% step: %s", got)
+	}
+
+	calls := func(cpu time.Duration, ok int) compareStep {
+		return compareStep{rate: 500, sustained: true, serverCPU: cpu, stats: sippStats{OK: ok}}
+	}
+	off := []compareStep{calls(time.Second, 1000), calls(3*time.Second, 1000)} // 2 ms per call
+	if over, ok := recordsOverhead(off, []compareStep{calls(2200*time.Millisecond, 1000)}); !ok || over < 0.099 || over > 0.101 {
+		t.Errorf("records overhead %v %t, want 10%%", over, ok)
+	}
+	if got := recordsVerdict(off, []compareStep{calls(2200*time.Millisecond, 1000)}); got != verdictMet {
+		t.Errorf("10%% more: %s", got)
+	}
+	if got := recordsVerdict(off, []compareStep{calls(2400*time.Millisecond, 1000)}); got != verdictNotMet {
+		t.Errorf("20%% more: %s", got)
+	}
+	short := calls(2400*time.Millisecond, 1000)
+	short.sustained = false
+	if got := recordsVerdict(off, []compareStep{short}); got != verdictNotMet+" (a step not sustained)" {
+		t.Errorf("20%% more, not sustained: %s", got)
+	}
+	if got := recordsVerdict(nil, []compareStep{calls(time.Second, 1000)}); !strings.HasPrefix(got, "n/a") {
+		t.Errorf("records off not measured: %s", got)
+	}
+	if c := recordsCell(off, []compareStep{calls(2400*time.Millisecond, 1000)}); c != "2000.0 us (1000.0, 3000.0) -> 2400.0 us: +20%" {
+		t.Errorf("records cell %q", c)
+	}
+
+	if m := (regMemory{idle: 100, after: 120}); memVerdict(m) != verdictMet {
+		t.Errorf("back to 1.2 x idle: %s", memVerdict(m))
+	}
+	if m := (regMemory{idle: 100, after: 121}); memVerdict(m) != verdictNotMet {
+		t.Errorf("over 1.2 x idle: %s", memVerdict(m))
+	}
+	if c := regMemCell(regMemory{idle: 1024, peak: 10240, after: 2048, wait: 30 * time.Second, back: -1}); c != "1.0 MB / 10.0 MB / 2.0 MB (not within 20% of idle in 30s)" {
+		t.Errorf("memory cell %q", c)
+	}
+
+	shedding := func(p99 time.Duration) ladder {
+		return ladder{rates: k.rates, steps: []compareStep{sus(100), {rate: 200, stats: sippStats{SetupP99: p99}}}}
+	}
+	if got := shedVerdict(shedding(20 * time.Millisecond)); got != verdictMet {
+		t.Errorf("overloaded with a short p99: %s", got)
+	}
+	if got := shedVerdict(shedding(0)); got != verdictMet {
+		t.Errorf("overloaded, everything refused at once: %s", got)
+	}
+	if got := shedVerdict(shedding(2 * time.Second)); got != verdictNotMet {
+		t.Errorf("overloaded with seconds of latency: %s", got)
+	}
+	if got := shedVerdict(shedding(-1)); got != verdictNotMet {
+		t.Errorf("overloaded past the buckets: %s", got)
+	}
+	if got := shedVerdict(ladder{rates: k.rates, steps: []compareStep{sus(100)}}); !strings.HasPrefix(got, "n/a") {
+		t.Errorf("never overloaded: %s", got)
+	}
+}
+
+// TestCompareTable checks that the table has a row with a verdict for each
+// target it measures, on made-up results where the PBX meets some.
+func TestCompareTable(t *testing.T) {
+	cfg := loadCompareConfig()
+	sus := func(rate int, p99 time.Duration) compareStep {
+		return compareStep{rate: rate, sustained: true, stats: sippStats{SetupP99: p99, OK: 1000}, serverCPU: time.Second}
+	}
+	k := &compareResult{
+		register: ladder{rates: []int{100, 200}, steps: []compareStep{sus(100, 5*time.Millisecond), sus(200, 5*time.Millisecond)}},
+		invite:   ladder{rates: []int{100, 200}, steps: []compareStep{sus(100, 5*time.Millisecond), {rate: 200}}},
+		regAt80:  sus(160, 5*time.Millisecond), inviteAt80: sus(80, 5*time.Millisecond),
+		regCPU: 100 * time.Microsecond, regCPUStep: sus(100, 0), shed503: -1, queueDropped: -1,
+		callCPU: []compareStep{sus(50, 0)},
+		held:    heldCalls{up: 10, kBPerCall: 12, cpuPerPacket: 12 * time.Microsecond},
+		regMem:  regMemory{idle: 1000, peak: 2000, after: 1900, back: -1, wait: 30 * time.Second},
+	}
+	p := &compareResult{
+		register: ladder{rates: []int{100, 200}, steps: []compareStep{sus(100, 5*time.Millisecond), {rate: 200, stats: sippStats{SetupP99: -1}}}},
+		invite:   ladder{rates: []int{100, 200}, steps: []compareStep{sus(100, 5*time.Millisecond), {rate: 200}}},
+		regAt80:  sus(160, 200*time.Millisecond), inviteAt80: sus(80, 50*time.Millisecond),
+		regCPU: 90 * time.Microsecond, regCPUStep: sus(100, 0), shed503: 42, queueDropped: 0,
+		callCPU: []compareStep{sus(50, 0)}, callCPUOff: []compareStep{sus(50, 0)},
+		held: heldCalls{up: 10, kBPerCall: 18, cpuPerPacket: 5 * time.Microsecond,
+			probe: rtpProbe{sent: 2000, received: 1999, jitterP99: 300 * time.Microsecond}},
+		regMem: regMemory{idle: 1000, peak: 5000, after: 1100, back: 10 * time.Second, wait: 30 * time.Second},
+	}
+	table := compareTable(cfg, k, p, time.Minute)
+	for _, want := range []string{
+		"| 1. REGISTER + digest, highest sustained | >= 200/s, p99 < 5ms, 0 retransmissions | 100/s, p99 < 5ms, 0 retransmissions | 0.50 | >= Kamailio's | not met |",
+		"| 1. REGISTER at 80% of Kamailio's sustained (160/s) | p99 < 5ms, 0 retransmissions | p99 < 200ms, 0 retransmissions | — | p99 < 50ms, 0 retransmissions | not met |",
+		"| 0.90 (better) | <= Kamailio's | met |",
+		"| 2. INVITE at 80% of Kamailio's sustained (80/s) | p99 < 5ms, 0 retransmissions | p99 < 50ms, 0 retransmissions | — | p99 setup < 100ms | met |",
+		"1000.0 us -> 1000.0 us: +0% | 1.00 | on <= off + 15% | met |",
+		"| 0.42 (better) | <= 0.5 x rtpengine's | met |",
+		"| jitter p99 300µs, loss 0.05% (1999 of 2000 packets arrived) | — | jitter < 1 ms, loss < 0.1% | met |",
+		"| 4. Memory per held call, 1000 calls | 12.0 kB | 18.0 kB | 1.50 | <= Kamailio's | not met |",
+		"| 1.0 MB / 4.9 MB / 1.1 MB (within 20% after 10s) | 2.50 | <= 1.2 x idle 30s after | met |",
+		"| not counted; every step sustained | 42 503s, 0 dropped; at 200/s p99 >= 5s, 0.0% failed | — | sheds: p99 < 1s | not met |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
+
+// TestRTPProbe checks the probe's figures and its measuring loop through a
+// UDP forwarder on loopback (standing for the relay) that drops every tenth
+// packet.
+func TestRTPProbe(t *testing.T) {
+	ms := time.Millisecond
+	p := probeStats(200, []time.Duration{3 * ms, 1 * ms, 2 * ms, 9 * ms})
+	if p.received != 4 || p.jitterP99 != 8*ms || p.loss() != 98 {
+		t.Errorf("stats %+v, loss %.1f%%", p, p.loss())
+	}
+	rtts := make([]time.Duration, 1000)
+	for i := range rtts {
+		rtts[i] = ms
+	}
+	rtts[0], rtts[1] = 50*ms, 40*ms // the two slowest are past the 99th percentile
+	if p := probeStats(1000, rtts); p.jitterP99 != 0 || probeVerdict(p) != verdictMet {
+		t.Errorf("1000 round trips of 1 ms but 2: jitter p99 %s, verdict %s", p.jitterP99, probeVerdict(p))
+	}
+	if v := probeVerdict(probeStats(1000, rtts[:998])); v != verdictNotMet {
+		t.Errorf("0.2%% lost: %s", v)
+	}
+	if v := probeVerdict(rtpProbe{err: "probe call not answered"}); !strings.HasPrefix(v, "n/a") {
+		t.Errorf("no probe: %s", v)
+	}
+
+	if a, ok := relayFromLog("2026-11-23 relay 127.0.0.1 40002\n"); !ok || a.String() != "127.0.0.1:40002" {
+		t.Errorf("relay from log: %v %t", a, ok)
+	}
+	if _, ok := relayFromLog("relay 127.0.0.1\n"); ok {
+		t.Error("a line without a port gave an address")
+	}
+
+	bind := func() *net.UDPConn {
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		return conn
+	}
+	relay, from, to := bind(), bind(), bind()
+	go func() {
+		buf := make([]byte, 1500)
+		for i := 0; ; i++ {
+			n, err := relay.Read(buf)
+			if err != nil {
+				return
+			}
+			if i%10 != 9 {
+				_, _ = relay.WriteToUDP(buf[:n], to.LocalAddr().(*net.UDPAddr))
+			}
+		}
+	}()
+	c := &probeCall{from: from, to: to, relay: relay.LocalAddr().(*net.UDPAddr)}
+	got := c.run(300 * time.Millisecond)
+	if got.sent != 60 || got.received != got.sent-got.sent/10 {
+		t.Errorf("sent %d, %d arrived; want every tenth lost", got.sent, got.received)
+	}
+	if got.jitterP99 <= 0 || got.jitterP99 > 100*ms {
+		t.Errorf("jitter p99 through the forwarder %s", got.jitterP99)
 	}
 }
