@@ -98,6 +98,15 @@ func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error
 
 // repair is Repair; tolerant keeps going past write failures (Recover).
 func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) ([]Action, error) {
+	// The commit journal first: it restores committed records a power cut
+	// lost, which the marker and index checks below then see.
+	jacts, jdays, err := s.replayJournal(opts.DryRun)
+	if err != nil {
+		if !tolerant {
+			return jacts, err
+		}
+		s.log.Error("commit journal not replayed; left for the next start", "err", err)
+	}
 	tenants, err := s.tenants()
 	if err != nil {
 		return nil, err
@@ -117,6 +126,11 @@ func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) (
 		if !opts.Full && len(days) > s.opts.RecentDays {
 			days = days[:s.opts.RecentDays]
 		}
+		for _, d := range jdays[t] {
+			if !containsDay(days, d) {
+				days = append(days, d)
+			}
+		}
 		marks, err := s.scanMarkers(t)
 		if err != nil {
 			return nil, err
@@ -133,7 +147,7 @@ func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) (
 		all = append(all, work{t, days, marks})
 		total += len(days)
 	}
-	var out []Action
+	out := jacts
 	done := 0
 	for _, w := range all {
 		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, tolerant: tolerant, pending: map[string]map[ID]*Entry{}}
@@ -180,7 +194,7 @@ type marker struct {
 	path  string
 	rec   *Record // nil when unreadable
 	mod   time.Time
-	spare bool // an emptied marker file kept for reuse (spare.go), no marker
+	spare bool // a marker file kept for reuse (spare.go), no marker
 }
 
 // scanMarkers lists a tenant's in-flight directory. Stray temporary files

@@ -89,6 +89,10 @@ type Store struct {
 	spares       spares      // files of removed markers, reused for new ones
 	dirSyncs     dirSyncs    // grouped fsyncs of day directories after commits
 
+	journal   atomic.Pointer[journal] // the commit journal (journal.go); nil until first used or when it cannot open
+	jOnce     sync.Once
+	jReplayed atomic.Bool // the journal left by a previous run was replayed
+
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
 	// "record", "index", "unmark") and fails it with the error it returns.
@@ -257,18 +261,34 @@ func (s *Store) step(name, path string) error {
 const MarkerSyncInterval = 250 * time.Millisecond
 
 // syncMarkers flushes markers written since the last call to disk.
+// It is also the commit journal's checkpoint: the record files of the
+// entries appended before it started are durable once it returns.
 func (s *Store) syncMarkers() error {
-	if !s.markersDirty.Swap(false) {
+	j := s.journal.Load()
+	markers := s.markersDirty.Swap(false)
+	if !markers && (j == nil || !j.dirty()) {
 		return nil
 	}
-	return syncFS(s.opts.DataDir)
+	var upTo uint64
+	if j != nil {
+		upTo = j.seq.Load()
+	}
+	if err := syncFS(s.opts.DataDir); err != nil {
+		return err
+	}
+	if j != nil {
+		j.checkpointed(upTo)
+	}
+	return nil
 }
 
 // Commit writes the final record of a call, answered or not: one write of
-// <id>.json.tmp in the day directory, one fsync, one rename to <id>.json, an
-// fsync of the directory (shared with the commits running at the same
-// time, dirsync.go), then one index line appended to the day's
-// index.jsonl, then the in-flight marker (if any) removed. The index line is
+// <id>.json.tmp in the day directory, one rename to <id>.json, one append
+// to the commit journal and one fdatasync of it (shared with the commits
+// running at the same time, journal.go; without the journal, an fsync of
+// the file before the rename and of the directory after), then one index
+// line appended to the day's index.jsonl, then the in-flight marker (if
+// any) removed. The index line is
 // appended before the marker goes so that a crash between the two leaves a
 // marker whose record is committed, which recovery repairs; a crash after
 // the rename and before the append of an unanswered call leaves a record
@@ -363,7 +383,30 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
-	if err := writeAtomicSync(final, append(data, '\n'), true, &s.dirSyncs); err != nil {
+	data = append(data, '\n')
+	if j := s.journalFor(); j != nil {
+		rel, err := filepath.Rel(s.root, final)
+		if err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		if err := writeAtomicSync(final, data, false, &s.dirSyncs); err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		if err := j.commit(rel, data); err == nil {
+			return nil
+		} else if !errors.Is(err, errEntryTooLarge) {
+			s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+		}
+		// The file is in place; make it and its name durable the old way.
+		if err := syncFile(final); err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		if err := s.dirSyncs.sync(dir); err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		return nil
+	}
+	if err := writeAtomicSync(final, data, true, &s.dirSyncs); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	return nil
