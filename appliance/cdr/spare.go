@@ -2,6 +2,9 @@ package cdr
 
 import (
 	"errors"
+
+	"golang.org/x/sys/unix"
+
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -107,25 +110,21 @@ func writeInto(p, path string, data []byte) bool {
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
 	// new data (auto_da_alloc), two block device requests per marker.
-	f, err := os.OpenFile(p, os.O_WRONLY, fileMode)
+	fd, err := sysOpen(p, unix.O_WRONLY, fileMode)
 	if err != nil {
 		return false
 	}
-	if _, err := f.WriteAt(data, 0); err != nil {
-		f.Close()
-		os.Remove(p)
-		return false
+	err = sysWriteAt(fd, p, data, 0)
+	if err == nil {
+		err = unix.Ftruncate(fd, int64(len(data)))
 	}
-	if err := f.Truncate(int64(len(data))); err != nil {
-		f.Close()
-		os.Remove(p)
-		return false
+	if cerr := sysClose(fd, p); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(p)
-		return false
+	if err == nil {
+		err = sysRename(p, path)
 	}
-	if err := os.Rename(p, path); err != nil {
+	if err != nil {
 		os.Remove(p)
 		return false
 	}
@@ -138,7 +137,7 @@ func writeInto(p, path string, data []byte) bool {
 func (sp *spares) removeMarker(path string) error {
 	dir := filepath.Dir(path)
 	if p := sp.name(dir); p != "" {
-		if err := os.Rename(path, p); err == nil {
+		if err := sysRename(path, p); err == nil {
 			sp.settle(dir, p, true)
 			return nil
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -220,9 +221,6 @@ func (s *Store) writeMarker(n *Record) error {
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	if err := ensureDir(dir); err != nil {
-		return fmt.Errorf("marker directory: %w", err)
-	}
 	data, err := json.Marshal(&n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
@@ -240,6 +238,10 @@ func (s *Store) writeMarker(n *Record) error {
 			s.markersDirty.Store(true)
 			return nil
 		}
+	}
+	// No spare, or it failed (with a spare, the directory exists).
+	if err := ensureDir(dir); err != nil {
+		return fmt.Errorf("marker directory: %w", err)
 	}
 	if err := writeAtomicSync(path, data, false, nil); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
@@ -376,21 +378,33 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 	if err := s.step("record", final); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
-	if err := ensureDir(dir); err != nil {
-		return fmt.Errorf("day directory: %w", err)
-	}
 	data, err := json.Marshal(n)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
 	data = append(data, '\n')
+	// The day directory is made when a write finds it missing, which
+	// spares a stat a call.
+	write := func(durable bool) error {
+		err := writeAtomicSync(final, data, durable, &s.dirSyncs)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := ensureDir(dir); err != nil {
+				return fmt.Errorf("day directory: %w", err)
+			}
+			err = writeAtomicSync(final, data, durable, &s.dirSyncs)
+		}
+		if err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		return nil
+	}
 	if j := s.journalFor(); j != nil {
 		rel, err := filepath.Rel(s.root, final)
 		if err != nil {
 			return fmt.Errorf("write record %s: %w", n.ID, err)
 		}
-		if err := writeAtomicSync(final, data, false, &s.dirSyncs); err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
+		if err := write(false); err != nil {
+			return err
 		}
 		if err := j.commit(rel, data); err == nil {
 			return nil
@@ -406,10 +420,7 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 		}
 		return nil
 	}
-	if err := writeAtomicSync(final, data, true, &s.dirSyncs); err != nil {
-		return fmt.Errorf("write record %s: %w", n.ID, err)
-	}
-	return nil
+	return write(true)
 }
 
 func (s *Store) indexLock(path string) *sync.Mutex {
@@ -430,27 +441,38 @@ func (s *Store) appendIndex(dir string, lines []byte) error {
 	mu := s.indexLock(path)
 	mu.Lock()
 	defer mu.Unlock()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, fileMode)
+	fd, err := sysOpen(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT, fileMode)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	err = appendLines(fd, path, lines)
+	if cerr := sysClose(fd, path); err == nil {
+		err = cerr
 	}
-	size := fi.Size()
+	return err
+}
+
+// appendLines is appendIndex on the open index fd.
+func appendLines(fd int, path string, lines []byte) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	size := st.Size
 	if size > 0 {
 		var last [1]byte
-		if _, err := f.ReadAt(last[:], size-1); err != nil {
-			return err
+		if n, err := unix.Pread(fd, last[:], size-1); err != nil || n != 1 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if last[0] != '\n' {
 			lines = append([]byte{'\n'}, lines...)
 		}
 	}
-	if _, err := f.Write(lines); err != nil {
-		_ = f.Truncate(size)
+	if err := sysWriteAt(fd, path, lines, -1); err != nil {
+		_ = unix.Ftruncate(fd, size)
 		return err
 	}
 	return nil
@@ -472,33 +494,28 @@ func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error
 		ns = &ds.of(filepath.Dir(path)).ns
 		ns.Lock()
 	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	fd, err := sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
 	if ns != nil {
 		ns.Unlock()
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
+	err = sysWriteAt(fd, tmp, data, -1)
+	if err == nil && durable {
+		err = sysFsync(fd, tmp)
 	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return err
-		}
+	if cerr := sysClose(fd, tmp); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	if ns != nil {
 		ns.Lock()
 	}
-	err = os.Rename(tmp, path)
+	err = sysRename(tmp, path)
 	if ns != nil {
 		ns.Unlock()
 	}
