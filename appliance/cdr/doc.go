@@ -25,8 +25,11 @@
 // journal.go) and Commit returns once an fdatasync of the journal covers
 // it; commits running at once share one. So a committed record survives a
 // killed process (its file is in place) and a power cut (Recover writes
-// again, from the journal, a record file the cut lost or tore). The
-// markers' batched syncfs checkpoints the journal. When the journal cannot
+// again, from the journal, a record file the cut lost or tore). A record
+// file torn by a cut during a commit that had not returned (not yet in the
+// journal) gives way to the call's in-flight marker, which is promoted;
+// without a marker (an unanswered call) it is reported unreadable, as any
+// damaged record. The markers' batched syncfs checkpoints the journal. When the journal cannot
 // be opened (no room for it), a record file is fsynced, renamed and its
 // directory fsynced instead.
 // Index lines are appended with one O_APPEND write per line under a per-file

@@ -228,3 +228,36 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestTornRecordOfInterruptedCommitYieldsToMarker: a power cut during a
+// commit, before the journal's fdatasync, can leave the record file renamed
+// into place but torn, with no journal entry; the call's marker is then
+// promoted over it instead of being dropped as committed.
+func TestTornRecordOfInterruptedCommitYieldsToMarker(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	r := call("acme", start, true, "+15551230001", "100")
+	if err := s.Answered(r); err != nil {
+		t.Fatal(err)
+	}
+	day := s.dayDir("acme", start)
+	if err := os.MkdirAll(day, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	final := filepath.Join(day, string(r.ID)+recordExt)
+	if err := os.WriteFile(final, []byte(`{"id":"`+string(r.ID)+`","ten`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTestStore(t, nil, func(o *Options) { o.DataDir = s.opts.DataDir })
+	acts, err := s2.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if countKind(acts, ActPromoted) != 1 || countKind(acts, ActTmpRemoved) != 1 || countKind(acts, ActMarkerDropped) != 0 {
+		t.Fatalf("recovery: %v", acts)
+	}
+	got, err := s2.Get(context.Background(), "acme", r.ID)
+	if err != nil || !got.Incomplete || got.From != r.From {
+		t.Fatalf("record after recovery: %v %+v", err, got)
+	}
+}
