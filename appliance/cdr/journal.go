@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -73,7 +74,19 @@ type journal struct {
 	synced  uint64 // entries up to this seq are durable in the journal
 	running bool
 	syncs   atomic.Int64 // fdatasyncs run, for tests and benchmarks
+
+	// pending counts the commits between begin (writing their record
+	// file) and their append; an fdatasync about to start waits for them,
+	// up to gatherMax, so that one covers them too. gathering is set while
+	// it waits; gathers counts those waits (tests).
+	pending   atomic.Int64
+	gathering atomic.Bool
+	gathers   atomic.Int64
 }
+
+// gatherMax bounds how long an fdatasync waits for the commits already
+// writing their record files; a lone commit does not wait at all.
+const gatherMax = 2 * time.Millisecond
 
 // errEntryTooLarge: a record too large for the journal is committed the
 // per-file way.
@@ -142,17 +155,56 @@ func encodeEntry(epoch uint64, rel string, data []byte) []byte {
 	return buf
 }
 
+// begin announces a commit that will append to the journal: an fdatasync
+// starting meanwhile waits for it. Each begin is followed by one commit
+// or one end.
+func (j *journal) begin() {
+	j.pending.Add(1)
+}
+
+// end withdraws a begin: the commit appended, or gave up.
+func (j *journal) end() {
+	if j.pending.Add(-1) == 0 && j.gathering.Load() {
+		j.wake()
+	}
+}
+
+func (j *journal) wake() {
+	j.smu.Lock()
+	j.cond.Broadcast()
+	j.smu.Unlock()
+}
+
 // commit appends the record file data at rel and returns once an
-// fdatasync of the journal covers it.
+// fdatasync of the journal covers it. It ends the caller's begin.
 func (j *journal) commit(rel string, data []byte) error {
 	if journalHeader+len(rel)+1+len(data) > journalHalf/4 {
+		j.end()
 		return errEntryTooLarge
 	}
 	mine, err := j.append(rel, data)
+	j.end()
 	if err != nil {
 		return err
 	}
 	return j.sync(mine)
+}
+
+// gather waits, up to gatherMax, for the commits that have begun to
+// append. j.smu is held.
+func (j *journal) gather() {
+	j.gathering.Store(true) // before reading pending: an end after it wakes us
+	defer j.gathering.Store(false)
+	if j.pending.Load() == 0 {
+		return
+	}
+	j.gathers.Add(1)
+	deadline := time.Now().Add(gatherMax)
+	t := time.AfterFunc(gatherMax, j.wake)
+	defer t.Stop()
+	for j.pending.Load() > 0 && time.Now().Before(deadline) {
+		j.cond.Wait()
+	}
 }
 
 // append writes one entry and returns its seq.
@@ -221,6 +273,7 @@ func (j *journal) sync(mine uint64) error {
 			continue
 		}
 		j.running = true
+		j.gather()
 		upTo := j.seq.Load() // every entry numbered so far is written
 		j.smu.Unlock()
 		err := unix.Fdatasync(int(j.f.Fd()))

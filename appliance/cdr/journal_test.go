@@ -34,6 +34,9 @@ func TestJournalRestoresRecordsLostByPowerCut(t *testing.T) {
 	if s.journal.Load() == nil {
 		t.Fatal("commits did not go through the journal")
 	}
+	if n := s.journal.Load().gathers.Load(); n != 0 {
+		t.Fatalf("commits one after another waited %d times for others", n)
+	}
 	// The power cut.
 	day := s.dayDir("acme", start)
 	lostPath := filepath.Join(day, string(lost.ID)+recordExt)
@@ -131,7 +134,7 @@ func TestJournalTornAndStaleEntries(t *testing.T) {
 	var offs []int64
 	for i := range 3 {
 		offs = append(offs, j.off)
-		if err := j.commit("a/cdr/2026/11/21/x.json", []byte(strings.Repeat("r", 10+i))); err != nil {
+		if err := jcommit(j, "a/cdr/2026/11/21/x.json", []byte(strings.Repeat("r", 10+i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -178,7 +181,7 @@ func TestJournalSwitchesHalves(t *testing.T) {
 	data := []byte(strings.Repeat("r", journalHalf/8))
 	each := journalHalf / (len(data) + 64)
 	for range each + 1 { // one past a half
-		if err := j.commit("a/cdr/2026/11/21/x.json", data); err != nil {
+		if err := jcommit(j, "a/cdr/2026/11/21/x.json", data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -189,7 +192,7 @@ func TestJournalSwitchesHalves(t *testing.T) {
 		t.Fatalf("read %d entries, want %d", len(es), each+1)
 	}
 	for range each { // fills the second half: the first is not checkpointed
-		if err := j.commit("a/cdr/2026/11/21/x.json", data); err != nil {
+		if err := jcommit(j, "a/cdr/2026/11/21/x.json", data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,7 +201,7 @@ func TestJournalSwitchesHalves(t *testing.T) {
 	}
 	j.checkpointed(j.seq.Load())
 	for range each {
-		if err := j.commit("a/cdr/2026/11/21/x.json", data); err != nil {
+		if err := jcommit(j, "a/cdr/2026/11/21/x.json", data); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,6 +211,12 @@ func TestJournalSwitchesHalves(t *testing.T) {
 	if !j.dirty() {
 		t.Fatal("entries after the checkpoint not reported dirty")
 	}
+}
+
+// jcommit is a commit as the store makes it: begun, then committed.
+func jcommit(j *journal, rel string, data []byte) error {
+	j.begin()
+	return j.commit(rel, data)
 }
 
 func countKind(acts []Action, k ActionKind) int {

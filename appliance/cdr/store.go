@@ -403,7 +403,9 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 		if err != nil {
 			return fmt.Errorf("write record %s: %w", n.ID, err)
 		}
+		j.begin() // a journal sync starting now waits for this append
 		if err := write(false); err != nil {
+			j.end()
 			return err
 		}
 		if err := j.commit(rel, data); err == nil {

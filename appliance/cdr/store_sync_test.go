@@ -74,7 +74,7 @@ func TestConcurrentCommitsShareJournalSyncs(t *testing.T) {
 	if n := s.journal.Load().syncs.Load(); n == 0 || n >= workers*each {
 		t.Fatalf("%d journal fdatasyncs for %d concurrent commits, want at least one and fewer than one each", n, workers*each)
 	} else {
-		t.Logf("%d journal fdatasyncs for %d commits", n, workers*each)
+		t.Logf("%d journal fdatasyncs for %d commits, %d waited for commits under way", n, workers*each, s.journal.Load().gathers.Load())
 	}
 	if n := s.dirSyncs.runs.Load(); n != 0 {
 		t.Fatalf("%d directory fsyncs with the journal, want none", n)
