@@ -27,7 +27,8 @@ import (
 // place, not synced), then appends the record with its path to the
 // journal and waits for an fdatasync of the journal that started after
 // its append; a lone commit runs that fdatasync itself at once, commits
-// that arrive while one runs share the next. The journal is one file of
+// that arrive while one runs share the next, and one about to start waits
+// (up to gatherMax) for the commits already writing their record files. The journal is one file of
 // journalSize bytes written full of zeros once, so an append changes no
 // metadata and its fdatasync is one data write and one cache flush.
 //
