@@ -134,7 +134,10 @@ func cpuTime(tb testing.TB) (user, sys time.Duration) {
 // same process, so this includes their share, the same in both), the
 // allocations, and the setup time's p50 and p99 (INVITE to 200, the 407
 // round trip and the in-flight marker included); the difference between
-// on and off is what records cost.
+// on and off is what records cost: each records=on run reports it as
+// records_cpu_%, its CPU per call over that of the records=off run just
+// before it with the same concurrency, in percent (the target is at most
+// 15). With -count the runs alternate off, on, off, on.
 //
 //	go test -run '^$' -bench CallSetupRecords -benchtime 2000x -count 3 ./appliance/
 func BenchmarkCallSetupRecords(b *testing.B) {
@@ -148,6 +151,9 @@ func BenchmarkCallSetupRecords(b *testing.B) {
 		}
 	}
 }
+
+// offCPU is the CPU per call of the last records=off run, by concurrency.
+var offCPU = map[int]float64{}
 
 func benchCalls(b *testing.B, records bool, conc int) {
 	pairs := startCallEnv(b, records, conc)
@@ -175,6 +181,12 @@ func benchCalls(b *testing.B, records bool, conc int) {
 	b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "setup_p50_ms")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "setup_p99_ms")
 	user2, sys2 := cpuTime(b)
-	b.ReportMetric(float64((user2-user+sys2-sys).Microseconds())/float64(b.N), "cpu_us/call")
+	cpu := float64((user2 - user + sys2 - sys).Microseconds()) / float64(b.N)
+	b.ReportMetric(cpu, "cpu_us/call")
+	if !records {
+		offCPU[conc] = cpu
+	} else if off := offCPU[conc]; off > 0 {
+		b.ReportMetric(100*(cpu/off-1), "records_cpu_%")
+	}
 	b.ReportMetric(float64((sys2-sys).Microseconds())/float64(b.N), "sys_us/call")
 }

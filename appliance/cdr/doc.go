@@ -14,13 +14,24 @@
 //	<tenant>/cdr/YYYY/MM/DD/<id>.json    one file per call
 //	<tenant>/cdr/YYYY/MM/DD/index.jsonl  one compact line per call, regenerable
 //	<tenant>/cdr/inflight/<id>.json      marker of an answered call in progress
+//	cdr.journal                          the commit journal (4 MiB, all tenants)
 //
 // The day directory is the tenant's local date of the call's start (the
 // Location option decides the zone). Tenant names and ids are validated as
 // single path elements; SIP Call-ID and dialog id are fields only.
 //
-// Durability: a record is written to <id>.json.tmp, fsynced, renamed and its
-// directory fsynced, so a committed record survives a crash or power cut.
+// Durability: a record is written to <id>.json.tmp and renamed into place,
+// then appended with its path to the commit journal (<dataDir>/cdr.journal,
+// journal.go) and Commit returns once an fdatasync of the journal covers
+// it; commits running at once share one. So a committed record survives a
+// killed process (its file is in place) and a power cut (Recover writes
+// again, from the journal, a record file the cut lost or tore). A record
+// file torn by a cut during a commit that had not returned (not yet in the
+// journal) gives way to the call's in-flight marker, which is promoted;
+// without a marker (an unanswered call) it is reported unreadable, as any
+// damaged record. The markers' batched syncfs checkpoints the journal. When the journal cannot
+// be opened (no room for it), a record file is fsynced, renamed and its
+// directory fsynced instead.
 // Index lines are appended with one O_APPEND write per line under a per-file
 // lock and are not fsynced: the index is derived data, and Recover repairs
 // what a crash leaves (a torn last line, a missing line) in the newest days;

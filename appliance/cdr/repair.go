@@ -98,6 +98,15 @@ func (s *Store) Repair(ctx context.Context, opts RepairOptions) ([]Action, error
 
 // repair is Repair; tolerant keeps going past write failures (Recover).
 func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) ([]Action, error) {
+	// The commit journal first: it restores committed records a power cut
+	// lost, which the marker and index checks below then see.
+	jacts, jdays, err := s.replayJournal(opts.DryRun)
+	if err != nil {
+		if !tolerant {
+			return jacts, err
+		}
+		s.log.Error("commit journal not replayed; left for the next start", "err", err)
+	}
 	tenants, err := s.tenants()
 	if err != nil {
 		return nil, err
@@ -117,6 +126,11 @@ func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) (
 		if !opts.Full && len(days) > s.opts.RecentDays {
 			days = days[:s.opts.RecentDays]
 		}
+		for _, d := range jdays[t] {
+			if !containsDay(days, d) {
+				days = append(days, d)
+			}
+		}
 		marks, err := s.scanMarkers(t)
 		if err != nil {
 			return nil, err
@@ -133,7 +147,7 @@ func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) (
 		all = append(all, work{t, days, marks})
 		total += len(days)
 	}
-	var out []Action
+	out := jacts
 	done := 0
 	for _, w := range all {
 		r := repairer{s: s, tenant: w.tenant, dry: opts.DryRun, tolerant: tolerant, pending: map[string]map[ID]*Entry{}}
@@ -180,7 +194,7 @@ type marker struct {
 	path  string
 	rec   *Record // nil when unreadable
 	mod   time.Time
-	spare bool // an emptied marker file kept for reuse (spare.go), no marker
+	spare bool // a marker file kept for reuse (spare.go), no marker
 }
 
 // scanMarkers lists a tenant's in-flight directory. Stray temporary files
@@ -340,14 +354,21 @@ func syncFile(path string) error {
 }
 
 // committed reports whether the record of a marker is committed, looking
-// in the day of its start and the adjacent days.
-func (r *repairer) committed(rec *Record) bool {
+// in the day of its start and the adjacent days. A record file that cannot
+// be read is not: a commit's file is synced through the commit journal,
+// which replay has written again already, so such a file is the write of a
+// commit a power cut interrupted; torn lists it, for the marker to replace.
+func (r *repairer) committed(rec *Record, torn *[]string) bool {
 	loc := r.s.location(r.tenant)
 	local := rec.Start.In(loc)
 	for _, t := range []time.Time{local, local.AddDate(0, 0, -1), local.AddDate(0, 0, 1)} {
 		p := filepath.Join(r.s.dayDirOf(r.tenant, dateOf(t)), string(rec.ID)+recordExt)
 		if _, err := os.Lstat(p); err == nil {
-			return true
+			if got, err := readRecord(p); err == nil && got.ID == rec.ID && got.Tenant == r.tenant {
+				return true
+			}
+			*torn = append(*torn, p)
+			continue
 		}
 		if _, ok := r.pending[r.s.dayDirOf(r.tenant, dateOf(t))][rec.ID]; ok {
 			return true
@@ -359,6 +380,7 @@ func (r *repairer) committed(rec *Record) bool {
 // markerFiles promotes or drops the in-flight markers.
 func (r *repairer) markerFiles(marks []marker) error {
 	for _, m := range marks {
+		var torn []string
 		switch {
 		case m.spare:
 			// Not a marker: a previous run's spare, removed unreported.
@@ -372,7 +394,7 @@ func (r *repairer) markerFiles(marks []marker) error {
 			r.act(ActTmpRemoved, m.path, "", "stray temporary marker")
 		case m.rec == nil:
 			r.act(ActUnreadable, m.path, m.id, "in-flight marker cannot be read; left in place")
-		case r.committed(m.rec):
+		case r.committed(m.rec, &torn):
 			if err := r.remove(m.path); err != nil {
 				return err
 			}
@@ -391,6 +413,12 @@ func (r *repairer) markerFiles(marks []marker) error {
 			n := rec.normalize()
 			d := r.s.dayFor(r.tenant, n.Start)
 			detail := "incomplete record, end " + n.End.Format(time.RFC3339)
+			for _, p := range torn {
+				if err := r.remove(p); err != nil {
+					return err
+				}
+				r.act(ActTmpRemoved, p, m.id, "record file torn by a crash before its commit; the marker replaces it")
+			}
 			if !r.dry {
 				st := stageRecord
 				if err := r.s.commitFrom(&n, &st, false); err != nil {

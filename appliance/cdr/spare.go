@@ -2,6 +2,9 @@ package cdr
 
 import (
 	"errors"
+
+	"golang.org/x/sys/unix"
+
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,9 +24,12 @@ const spareName = ".spare-"
 // allocates an inode and removing one frees it, and on a busy file system
 // (ext4 without a journal skips every recently freed inode) allocation is
 // the largest cost of a call record; a call's marker is instead renamed to
-// a spare name when the call is committed, emptied, and the next answered
-// call's marker is written into it and renamed into place. The marker is
-// still written whole before its rename, as a temporary file would be.
+// a spare name when the call is committed, and the next answered call's
+// marker is written over it and renamed into place. The marker is still
+// written whole before its rename, as a temporary file would be. A spare
+// keeps the bytes of the marker it was (that call's record is committed
+// beside it, in the tenant's own directory) until it is reused; recovery
+// removes spares.
 //
 // Spare names are numbered per directory up to maxSpares; one left by a
 // crash is replaced by the next rename onto its name.
@@ -33,7 +39,7 @@ type spares struct {
 }
 
 type spareDir struct {
-	ready []string // spare files on disk, emptied, free to take
+	ready []string // spare files on disk, free to take
 	idle  []string // names free, holding no file of ours
 	made  int      // names made so far
 }
@@ -84,7 +90,7 @@ func (sp *spares) name(dir string) string {
 }
 
 // settle gives back name p of dir, taken by take or name: holding an
-// emptied spare ready to take, or free again (no file of ours under it).
+// spare ready to take, or free again (no file of ours under it).
 func (sp *spares) settle(dir, p string, ready bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -100,20 +106,25 @@ func (sp *spares) settle(dir, p string, ready bool) {
 // reports false, having written nothing at path, when the spare is gone or
 // cannot be written; the caller then writes the marker the ordinary way.
 func writeInto(p, path string, data []byte) bool {
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, fileMode)
+	// Overwritten in place and cut to length, not truncated to zero first:
+	// on ext4 a truncation to zero frees the file's block (a discard request
+	// with the discard mount option) and makes close start writeback of the
+	// new data (auto_da_alloc), two block device requests per marker.
+	fd, err := sysOpen(p, unix.O_WRONLY, fileMode)
 	if err != nil {
 		return false
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(p)
-		return false
+	err = sysWriteAt(fd, p, data, 0)
+	if err == nil {
+		err = unix.Ftruncate(fd, int64(len(data)))
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(p)
-		return false
+	if cerr := sysClose(fd, p); err == nil {
+		err = cerr
 	}
-	if err := os.Rename(p, path); err != nil {
+	if err == nil {
+		err = sysRename(p, path)
+	}
+	if err != nil {
 		os.Remove(p)
 		return false
 	}
@@ -121,17 +132,13 @@ func writeInto(p, path string, data []byte) bool {
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
-// spare name of its directory and emptied (no call data stays behind), or
+// spare name of its directory (no call data is lost: its record is committed), or
 // removed when no name is free. A marker already gone is no error.
 func (sp *spares) removeMarker(path string) error {
 	dir := filepath.Dir(path)
 	if p := sp.name(dir); p != "" {
-		if err := os.Rename(path, p); err == nil {
-			ok := os.Truncate(p, 0) == nil
-			if !ok {
-				os.Remove(p)
-			}
-			sp.settle(dir, p, ok)
+		if err := sysRename(path, p); err == nil {
+			sp.settle(dir, p, true)
 			return nil
 		}
 		sp.settle(dir, p, false)

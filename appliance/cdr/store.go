@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -88,6 +89,10 @@ type Store struct {
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
 	spares       spares      // files of removed markers, reused for new ones
 	dirSyncs     dirSyncs    // grouped fsyncs of day directories after commits
+
+	journal   atomic.Pointer[journal] // the commit journal (journal.go); nil until first used or when it cannot open
+	jOnce     sync.Once
+	jReplayed atomic.Bool // the journal left by a previous run was replayed
 
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
@@ -216,9 +221,6 @@ func (s *Store) writeMarker(n *Record) error {
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	if err := ensureDir(dir); err != nil {
-		return fmt.Errorf("marker directory: %w", err)
-	}
 	data, err := json.Marshal(&n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
@@ -236,6 +238,10 @@ func (s *Store) writeMarker(n *Record) error {
 			s.markersDirty.Store(true)
 			return nil
 		}
+	}
+	// No spare, or it failed (with a spare, the directory exists).
+	if err := ensureDir(dir); err != nil {
+		return fmt.Errorf("marker directory: %w", err)
 	}
 	if err := writeAtomicSync(path, data, false, nil); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
@@ -257,18 +263,34 @@ func (s *Store) step(name, path string) error {
 const MarkerSyncInterval = 250 * time.Millisecond
 
 // syncMarkers flushes markers written since the last call to disk.
+// It is also the commit journal's checkpoint: the record files of the
+// entries appended before it started are durable once it returns.
 func (s *Store) syncMarkers() error {
-	if !s.markersDirty.Swap(false) {
+	j := s.journal.Load()
+	markers := s.markersDirty.Swap(false)
+	if !markers && (j == nil || !j.dirty()) {
 		return nil
 	}
-	return syncFS(s.opts.DataDir)
+	var upTo uint64
+	if j != nil {
+		upTo = j.seq.Load()
+	}
+	if err := syncFS(s.opts.DataDir); err != nil {
+		return err
+	}
+	if j != nil {
+		j.checkpointed(upTo)
+	}
+	return nil
 }
 
 // Commit writes the final record of a call, answered or not: one write of
-// <id>.json.tmp in the day directory, one fsync, one rename to <id>.json, an
-// fsync of the directory (shared with the commits running at the same
-// time, dirsync.go), then one index line appended to the day's
-// index.jsonl, then the in-flight marker (if any) removed. The index line is
+// <id>.json.tmp in the day directory, one rename to <id>.json, one append
+// to the commit journal and one fdatasync of it (shared with the commits
+// running at the same time, journal.go; without the journal, an fsync of
+// the file before the rename and of the directory after), then one index
+// line appended to the day's index.jsonl, then the in-flight marker (if
+// any) removed. The index line is
 // appended before the marker goes so that a crash between the two leaves a
 // marker whose record is committed, which recovery repairs; a crash after
 // the rename and before the append of an unanswered call leaves a record
@@ -356,17 +378,51 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 	if err := s.step("record", final); err != nil {
 		return fmt.Errorf("write record %s: %w", n.ID, err)
 	}
-	if err := ensureDir(dir); err != nil {
-		return fmt.Errorf("day directory: %w", err)
-	}
 	data, err := json.Marshal(n)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
-	if err := writeAtomicSync(final, append(data, '\n'), true, &s.dirSyncs); err != nil {
-		return fmt.Errorf("write record %s: %w", n.ID, err)
+	data = append(data, '\n')
+	// The day directory is made when a write finds it missing, which
+	// spares a stat a call.
+	write := func(durable bool) error {
+		err := writeAtomicSync(final, data, durable, &s.dirSyncs)
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := ensureDir(dir); err != nil {
+				return fmt.Errorf("day directory: %w", err)
+			}
+			err = writeAtomicSync(final, data, durable, &s.dirSyncs)
+		}
+		if err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		return nil
 	}
-	return nil
+	if j := s.journalFor(); j != nil {
+		rel, err := filepath.Rel(s.root, final)
+		if err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		j.begin() // a journal sync starting now waits for this append
+		if err := write(false); err != nil {
+			j.end()
+			return err
+		}
+		if err := j.commit(rel, data); err == nil {
+			return nil
+		} else if !errors.Is(err, errEntryTooLarge) {
+			s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+		}
+		// The file is in place; make it and its name durable the old way.
+		if err := syncFile(final); err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		if err := s.dirSyncs.sync(dir); err != nil {
+			return fmt.Errorf("write record %s: %w", n.ID, err)
+		}
+		return nil
+	}
+	return write(true)
 }
 
 func (s *Store) indexLock(path string) *sync.Mutex {
@@ -387,27 +443,38 @@ func (s *Store) appendIndex(dir string, lines []byte) error {
 	mu := s.indexLock(path)
 	mu.Lock()
 	defer mu.Unlock()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, fileMode)
+	fd, err := sysOpen(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT, fileMode)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	err = appendLines(fd, path, lines)
+	if cerr := sysClose(fd, path); err == nil {
+		err = cerr
 	}
-	size := fi.Size()
+	return err
+}
+
+// appendLines is appendIndex on the open index fd.
+func appendLines(fd int, path string, lines []byte) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	size := st.Size
 	if size > 0 {
 		var last [1]byte
-		if _, err := f.ReadAt(last[:], size-1); err != nil {
-			return err
+		if n, err := unix.Pread(fd, last[:], size-1); err != nil || n != 1 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if last[0] != '\n' {
 			lines = append([]byte{'\n'}, lines...)
 		}
 	}
-	if _, err := f.Write(lines); err != nil {
-		_ = f.Truncate(size)
+	if err := sysWriteAt(fd, path, lines, -1); err != nil {
+		_ = unix.Ftruncate(fd, size)
 		return err
 	}
 	return nil
@@ -429,33 +496,28 @@ func writeAtomicSync(path string, data []byte, durable bool, ds *dirSyncs) error
 		ns = &ds.of(filepath.Dir(path)).ns
 		ns.Lock()
 	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, fileMode)
+	fd, err := sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
 	if ns != nil {
 		ns.Unlock()
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
+	err = sysWriteAt(fd, tmp, data, -1)
+	if err == nil && durable {
+		err = sysFsync(fd, tmp)
 	}
-	if durable {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return err
-		}
+	if cerr := sysClose(fd, tmp); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	if ns != nil {
 		ns.Lock()
 	}
-	err = os.Rename(tmp, path)
+	err = sysRename(tmp, path)
 	if ns != nil {
 		ns.Unlock()
 	}

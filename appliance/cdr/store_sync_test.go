@@ -43,10 +43,10 @@ func TestMarkersFlushedByRun(t *testing.T) {
 	}
 }
 
-// TestConcurrentCommitsShareDirectoryFsyncs: calls ending at once into one
-// day directory share the directory fsyncs that make their renames
-// durable, and every record is committed once.
-func TestConcurrentCommitsShareDirectoryFsyncs(t *testing.T) {
+// TestConcurrentCommitsShareJournalSyncs: calls ending at once share the
+// commit journal's fdatasyncs that make their records durable, and every
+// record is committed once.
+func TestConcurrentCommitsShareJournalSyncs(t *testing.T) {
 	s := newTestStore(t, nil, nil)
 	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	const workers, each = 16, 10
@@ -71,9 +71,12 @@ func TestConcurrentCommitsShareDirectoryFsyncs(t *testing.T) {
 			committedOnce(t, s, r)
 		}
 	}
-	if n := s.dirSyncs.runs.Load(); n == 0 || n >= workers*each {
-		t.Fatalf("%d directory fsyncs for %d concurrent commits, want at least one and fewer than one each", n, workers*each)
+	if n := s.journal.Load().syncs.Load(); n == 0 || n >= workers*each {
+		t.Fatalf("%d journal fdatasyncs for %d concurrent commits, want at least one and fewer than one each", n, workers*each)
 	} else {
-		t.Logf("%d directory fsyncs for %d commits", n, workers*each)
+		t.Logf("%d journal fdatasyncs for %d commits, %d waited for commits under way", n, workers*each, s.journal.Load().gathers.Load())
+	}
+	if n := s.dirSyncs.runs.Load(); n != 0 {
+		t.Fatalf("%d directory fsyncs with the journal, want none", n)
 	}
 }
