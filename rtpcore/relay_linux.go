@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -14,12 +13,27 @@ import (
 )
 
 // On Linux the relay is a few workers, each with its own epoll set
-// holding the sockets of the legs given to it. A worker parks in the Go
-// runtime's poller on its epoll descriptor alone; once woken it reads
-// every ready socket, one datagram each, relays it, and asks the set again
-// until nothing is ready. Thousands of sockets thus cost a few goroutines
-// and one wake-up per batch rather than one per packet, and the worker
-// gives its P back while it waits, as any goroutine does.
+// holding the sockets of the legs given to it. A worker's goroutine waits
+// in epoll_wait itself, a blocking system call on its own thread, rather
+// than in the Go runtime's poller: a wake-up is then one thread woken by
+// the kernel, not the poller's thread waking the scheduler to run the
+// worker's goroutine. Once woken it reads every ready socket, one datagram
+// each (a leg's socket holds one packet per 20 ms), relays them, and then
+// pauses for relayPause before asking the set again without blocking:
+// under load the packets that arrived meanwhile are served in one batch,
+// so wake-ups are bounded by the pause, not by the packet rate, and each
+// costs its system calls and context switch once for many packets. A wait
+// that finds nothing blocks until the next packet, so an idle relay
+// sleeps; a big batch is followed by no pause (see pauseBelow). The pause adds at most itself (plus the kernel's timer slack) to
+// a packet's delay, well below the 1 ms of added jitter allowed.
+
+// relayPause is how long a worker lets packets gather after a batch.
+var relayPause = 200 * time.Microsecond
+
+// pauseBelow is the batch size from which a worker does not pause: it is
+// behind (its thread was kept from running, say), and a pause would only
+// hand its turn to another thread and put it further behind.
+const pauseBelow = maxEvents / 4
 
 // engineIO is the engine's relay workers, started with the first leg and
 // stopped by Engine.Close.
@@ -33,8 +47,7 @@ type engineIO struct {
 // worker reads the sockets registered in its epoll set.
 type worker struct {
 	log  *slog.Logger
-	ep   *os.File // the epoll set, non-blocking, in the runtime's poller
-	epfd int
+	epfd int // the epoll set
 	wake int // eventfd in the set, written to stop the worker
 	stop atomic.Bool
 	done chan struct{}
@@ -46,6 +59,7 @@ type worker struct {
 
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
+	ready  []*sock // the sockets of events, looked up under mu once per batch
 	buf    []byte
 	from   unix.RawSockaddrAny
 }
@@ -67,10 +81,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("epoll: %w", err)
-	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(epfd)
@@ -84,11 +94,11 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	}
 	return &worker{
 		log:    log,
-		ep:     os.NewFile(uintptr(epfd), "epoll"),
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
 		events: make([]unix.EpollEvent, maxEvents),
+		ready:  make([]*sock, maxEvents),
 		buf:    make([]byte, maxPacket),
 	}, nil
 }
@@ -96,53 +106,61 @@ func newWorker(log *slog.Logger) (*worker, error) {
 // close releases the worker's descriptors once it has stopped.
 func (w *worker) close() {
 	unix.Close(w.wake)
-	w.ep.Close()
+	unix.Close(w.epfd)
 }
 
-// run serves the epoll set until the worker is stopped. It waits in the
-// runtime's poller for the set to become readable, then takes ready
-// sockets without blocking until there are none. Sockets are
-// level-triggered: one with more datagrams queued is reported again by the
-// next round, so a busy socket cannot starve the others.
+// run serves the epoll set until the worker is stopped (see the comment
+// at the top of the file). Sockets are level-triggered: one with more
+// datagrams queued is reported again by the next round, so a busy socket
+// cannot starve the others.
 func (w *worker) run() {
 	defer close(w.done)
-	rc, err := w.ep.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			for {
-				n, err := unix.EpollWait(int(fd), w.events, 0)
-				switch {
-				case err == unix.EINTR:
-					continue
-				case err != nil:
-					w.log.Error("rtp relay stopped", "err", err)
-					return true
-				case n == 0:
-					return false // park until the set is readable
-				}
-				if w.serve(w.events[:n]) {
-					return true
-				}
-			}
-		})
-	}
-	if err != nil && !w.stop.Load() {
-		w.log.Error("rtp relay stopped", "err", err)
+	pause := unix.NsecToTimespec(int64(relayPause))
+	timeout := -1
+	for {
+		n, err := unix.EpollWait(w.epfd, w.events, timeout)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			w.log.Error("rtp relay stopped", "err", err)
+			return
+		case n == 0:
+			timeout = -1 // nothing arrived during the pause: block
+			continue
+		}
+		if w.serve(w.events[:n]) {
+			return
+		}
+		if relayPause > 0 && n < pauseBelow {
+			_ = unix.Nanosleep(&pause, nil)
+		}
+		timeout = 0
 	}
 }
 
 // serve reads one datagram from each ready socket and relays it. It
-// reports whether the worker is to stop.
+// reports whether the worker is to stop. The packets of a batch share one
+// arrival time: they were all queued by the time the batch began.
 func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
+	ready := w.ready[:len(events)]
+	w.mu.Lock()
 	for i := range events {
-		slot := events[i].Fd
-		if slot == wakeSlot {
+		ready[i] = nil
+		if slot := events[i].Fd; slot >= 0 && int(slot) < len(w.socks) {
+			ready[i] = w.socks[slot]
+		}
+	}
+	w.mu.Unlock()
+	now := time.Now()
+	for i, s := range ready {
+		ready[i] = nil
+		if events[i].Fd == wakeSlot {
 			if w.stop.Load() {
 				return true
 			}
 			continue
 		}
-		s := w.sock(slot)
 		if s == nil || !s.acquire() {
 			continue
 		}
@@ -152,21 +170,12 @@ func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
 			if s.rtcp {
 				s.leg.handleRTCP(w.buf[:n], src)
 			} else {
-				s.leg.handle(w.buf[:n], src, time.Now())
+				s.leg.handle(w.buf[:n], src, now)
 			}
 		}
 		s.release()
 	}
 	return false
-}
-
-func (w *worker) sock(slot int32) *sock {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if slot < 0 || int(slot) >= len(w.socks) {
-		return nil
-	}
-	return w.socks[slot]
 }
 
 // add registers s with the worker's epoll set.

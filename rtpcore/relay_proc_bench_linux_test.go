@@ -15,11 +15,22 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+)
+
+// The relay and the phones of BenchmarkRelayProcess use addresses of
+// their own: a raw socket bound to 127.0.0.1 (SIPp playing RTP from a pcap
+// opens one per call) is handed a copy of every UDP datagram sent to that
+// address, so another program's SIPp on the machine would charge the
+// relay a copy per raw socket for each packet it sends.
+var (
+	procRelayIP = netip.MustParseAddr("127.0.0.3")
+	procPhoneIP = netip.MustParseAddr("127.0.0.2")
 )
 
 // phonesEnv, set to a number of calls, turns the test binary into the
@@ -54,9 +65,15 @@ func TestMain(m *testing.M) {
 // Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
-// PBX_BENCH_CALLS replaces the 1,000.
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PAUSE_US sets the
+// workers' pause between batches (see relayPause); PBX_BENCH_RAW_SOCKETS
+// opens that many raw UDP sockets on the phones' address, as SIPp's
+// play_pcap_audio does per call (see openRawUDP).
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
+		relayPause = time.Duration(us) * time.Microsecond // to explore the trade-off
+	}
 	for _, c := range []struct {
 		calls, secs, rounds int
 	}{{envInt("PBX_BENCH_CALLS", 1000), secs, rounds}, {2000, envInt("PBX_BENCH_HOLD", 5), 1}} {
@@ -66,6 +83,7 @@ func BenchmarkRelayProcess(b *testing.B) {
 				sum = runRelayProcess(b, c.calls, time.Duration(c.secs)*time.Second, c.rounds)
 			}
 			b.ReportMetric(float64(sum.CPUPerPkt)/1e3, "cpu-µs/pkt")
+			b.ReportMetric(sum.SwitchPerPkt, "switches/pkt")
 			b.ReportMetric(sum.lossPct(), "loss-%")
 			b.ReportMetric(float64(sum.Var99)/1e3, "jitter-p99-µs")
 			b.ReportMetric(float64(sum.Lat99)/1e3, "lat-p99-µs")
@@ -80,7 +98,18 @@ type procPhase struct {
 	Lat50, Lat99 int64
 	Var99        int64
 	Max          int64
-	CPUPerPkt    int64 // the relaying process's CPU per packet relayed
+	CPUPerPkt    int64   // the relaying process's CPU per packet relayed
+	SwitchPerPkt float64 // its context switches per packet relayed
+}
+
+// switches is how many context switches the process's threads have made
+// so far, voluntary (a wait) and not.
+func switches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 func (p procPhase) lossPct() float64 {
@@ -129,7 +158,7 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), calls)
 	}
 
-	e, err := New(Options{BindIP: loopback, PortMin: 20000, PortMax: 40000, Quarantine: -1}, nil)
+	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,7 +175,7 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 				b.Fatal(err)
 			}
 			port, _ := strconv.Atoi(phonePorts[2*i+j])
-			legs[j].SetRemote(netip.AddrPortFrom(loopback, uint16(port)))
+			legs[j].SetRemote(netip.AddrPortFrom(procPhoneIP, uint16(port)))
 			legPorts = append(legPorts, strconv.Itoa(legs[j].Port()))
 		}
 		if err := s.Bridge(legs[0], legs[1]); err != nil {
@@ -162,9 +191,9 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 	var cpuSum int64
 	for round := range rounds {
 		fmt.Fprintln(toChild, "start")
-		cpu0 := cpuTime()
+		cpu0, sw0 := cpuTime(), switches()
 		time.Sleep(dur)
-		cpu := cpuTime() - cpu0
+		cpu, sw := cpuTime()-cpu0, switches()-sw0
 		fmt.Fprintln(toChild, "stop")
 		var st procPhase
 		if err := json.Unmarshal([]byte(readLine()), &st); err != nil {
@@ -172,11 +201,13 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		}
 		if st.Recvd > 0 {
 			st.CPUPerPkt = int64(cpu) / st.Recvd
+			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
 		}
-		b.Logf("%d calls, phase %d of %v: %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt",
+		b.Logf("%d calls, phase %d of %v: %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt",
 			calls, round, dur, st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
-			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt))
+			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt)
 		cpuSum += st.CPUPerPkt
+		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
 		worst.Sent += st.Sent
 		worst.Recvd += st.Recvd
 		worst.Lat50 = max(worst.Lat50, st.Lat50)
@@ -226,8 +257,9 @@ func (h *procHist) quantile(q float64) int64 {
 
 // procPhones is the child's shared measuring state.
 type procPhones struct {
-	sending     atomic.Bool // packets sent are counted, and marked to be
-	counting    atomic.Bool // latency and jitter are measured
+	sending     atomic.Bool  // packets sent are counted, and marked with phase
+	phase       atomic.Int32 // 1..255, the measured phase's mark
+	counting    atomic.Bool  // latency and jitter are measured
 	sent, recvd atomic.Int64
 	lat, vari   procHist
 }
@@ -241,7 +273,7 @@ func runProcPhones(calls int, in io.Reader, out io.Writer) error {
 	conns := make([]*net.UDPConn, 2*calls)
 	var ports []string
 	for i := range conns {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(procPhoneIP, 0)))
 		if err != nil {
 			return err
 		}
@@ -274,7 +306,14 @@ func runProcPhones(calls int, in io.Reader, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		to[i] = netip.AddrPortFrom(loopback, uint16(n))
+		to[i] = netip.AddrPortFrom(procRelayIP, uint16(n))
+	}
+	if n := envInt("PBX_BENCH_RAW_SOCKETS", 0); n > 0 {
+		closeRaw, err := openRawUDP(n)
+		if err != nil {
+			return err
+		}
+		defer closeRaw()
 	}
 	ph := new(procPhones)
 	for _, c := range conns {
@@ -294,6 +333,7 @@ func runProcPhones(calls int, in io.Reader, out io.Writer) error {
 			ph.vari.reset()
 			ph.sent.Store(0)
 			ph.recvd.Store(0)
+			ph.phase.Store(ph.phase.Load()%255 + 1)
 			ph.counting.Store(true)
 			ph.sending.Store(true)
 		case "stop":
@@ -313,6 +353,33 @@ func runProcPhones(calls int, in io.Reader, out io.Writer) error {
 		c.Close()
 	}
 	return lines.Err()
+}
+
+// openRawUDP opens n raw UDP sockets bound to the phones' address, as
+// SIPp does for each call playing RTP from a pcap (play_pcap_audio): the
+// kernel hands each of them a copy of every UDP datagram to that address,
+// which the sender of the datagram (the relay) pays for. It needs
+// CAP_NET_RAW.
+func openRawUDP(n int) (func(), error) {
+	fds := make([]int, 0, n)
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	for range n {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("raw socket: %w", err)
+		}
+		fds = append(fds, fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: procPhoneIP.As4()}); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("raw socket: %w", err)
+		}
+	}
+	return closeAll, nil
 }
 
 // send is one sender of the child: like real phones, each stream has its
@@ -341,7 +408,7 @@ func (ph *procPhones) send(conns []*net.UDPConn, to []netip.AddrPort, g, shards 
 					counted := ph.sending.Load()
 					pkt[HeaderLen+8] = 0
 					if counted {
-						pkt[HeaderLen+8] = 1 // counted by the receiver too
+						pkt[HeaderLen+8] = byte(ph.phase.Load()) // counted by the receiver too
 					}
 					binary.BigEndian.PutUint64(pkt[HeaderLen:], uint64(time.Now().UnixNano()))
 					if _, err := conns[i].WriteToUDPAddrPort(pkt, to[i]); err == nil && counted {
@@ -372,7 +439,7 @@ func (ph *procPhones) receive(c *net.UDPConn) {
 		}
 		l := rx - int64(binary.BigEndian.Uint64(buf[HeaderLen:]))
 		seq := binary.BigEndian.Uint16(buf[2:])
-		if buf[HeaderLen+8] == 1 {
+		if m := buf[HeaderLen+8]; m != 0 && int32(m) == ph.phase.Load() {
 			ph.recvd.Add(1)
 		}
 		if ph.counting.Load() {
