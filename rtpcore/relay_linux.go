@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,26 +14,31 @@ import (
 )
 
 // On Linux the relay is a few workers, each with its own epoll set
-// holding the sockets of the legs given to it. A worker's goroutine waits
-// in epoll_wait itself, a blocking system call on its own thread, rather
-// than in the Go runtime's poller: a wake-up is then one thread woken by
-// the kernel, not the poller's thread waking the scheduler to run the
-// worker's goroutine. Once woken it reads every ready socket, one datagram
-// each (a leg's socket holds one packet per 20 ms), relays them, and then
-// pauses for relayPause before asking the set again without blocking:
-// under load the packets that arrived meanwhile are served in one batch,
-// so wake-ups are bounded by the pause, not by the packet rate, and each
-// costs its system calls and context switch once for many packets. A wait
-// that finds nothing blocks until the next packet, so an idle relay
-// sleeps; a big batch is followed by no pause (see pauseBelow). The pause adds at most itself (plus the kernel's timer slack) to
-// a packet's delay, well below the 1 ms of added jitter allowed.
+// holding the sockets of the legs given to it. A worker parks in the Go
+// runtime's poller on its epoll descriptor alone; once woken it reads
+// every ready socket, one datagram each (a leg's socket holds one packet
+// per 20 ms), relays them, and asks the set again without blocking until a
+// pass finds nothing. Thousands of sockets thus cost a few goroutines and
+// one wake-up per batch rather than one per packet, and the worker gives
+// its P back while it waits, as any goroutine does. A batch takes the
+// worker's lock once and the time once.
+//
+// Two ways of waking less often were measured and are not used (issue 16):
+// waiting in epoll_wait on the worker's own thread lowered the relay's CPU
+// per packet, but the runtime counts a P in a system call as busy, so with
+// the other Ps idle no thread polled the network for the rest of the
+// process (its SIP sockets) until sysmon did, up to 10 ms later; and a
+// pause between batches (relayPause, a nanosleep so that the packets of
+// many legs gather) hands the P off on every pause and cost far more than
+// it saved when the phones share the process. relayPause stays for
+// BenchmarkRelayProcess to explore on a quiet machine.
 
-// relayPause is how long a worker lets packets gather after a batch.
-var relayPause = 200 * time.Microsecond
+// relayPause, when positive, is how long a worker lets packets gather
+// after a batch smaller than pauseBelow. Zero: no pause.
+var relayPause time.Duration
 
 // pauseBelow is the batch size from which a worker does not pause: it is
-// behind (its thread was kept from running, say), and a pause would only
-// hand its turn to another thread and put it further behind.
+// behind, and a pause would only put it further behind.
 const pauseBelow = maxEvents / 4
 
 // engineIO is the engine's relay workers, started with the first leg and
@@ -47,7 +53,8 @@ type engineIO struct {
 // worker reads the sockets registered in its epoll set.
 type worker struct {
 	log  *slog.Logger
-	epfd int // the epoll set
+	ep   *os.File // the epoll set, non-blocking, in the runtime's poller
+	epfd int
 	wake int // eventfd in the set, written to stop the worker
 	stop atomic.Bool
 	done chan struct{}
@@ -81,6 +88,10 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(epfd)
@@ -94,6 +105,7 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	}
 	return &worker{
 		log:    log,
+		ep:     os.NewFile(uintptr(epfd), "epoll"),
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
@@ -106,36 +118,43 @@ func newWorker(log *slog.Logger) (*worker, error) {
 // close releases the worker's descriptors once it has stopped.
 func (w *worker) close() {
 	unix.Close(w.wake)
-	unix.Close(w.epfd)
+	w.ep.Close()
 }
 
-// run serves the epoll set until the worker is stopped (see the comment
-// at the top of the file). Sockets are level-triggered: one with more
-// datagrams queued is reported again by the next round, so a busy socket
-// cannot starve the others.
+// run serves the epoll set until the worker is stopped. It waits in the
+// runtime's poller for the set to become readable, then takes ready
+// sockets without blocking until there are none (see the comment at the
+// top of the file). Sockets are level-triggered: one with more datagrams
+// queued is reported again by the next round, so a busy socket cannot
+// starve the others.
 func (w *worker) run() {
 	defer close(w.done)
 	pause := unix.NsecToTimespec(int64(relayPause))
-	timeout := -1
-	for {
-		n, err := unix.EpollWait(w.epfd, w.events, timeout)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			w.log.Error("rtp relay stopped", "err", err)
-			return
-		case n == 0:
-			timeout = -1 // nothing arrived during the pause: block
-			continue
-		}
-		if w.serve(w.events[:n]) {
-			return
-		}
-		if relayPause > 0 && n < pauseBelow {
-			_ = unix.Nanosleep(&pause, nil)
-		}
-		timeout = 0
+	rc, err := w.ep.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, err := unix.EpollWait(int(fd), w.events, 0)
+				switch {
+				case err == unix.EINTR:
+					continue
+				case err != nil:
+					w.log.Error("rtp relay stopped", "err", err)
+					return true
+				case n == 0:
+					return false // park until the set is readable
+				}
+				if w.serve(w.events[:n]) {
+					return true
+				}
+				if relayPause > 0 && n < pauseBelow {
+					_ = unix.Nanosleep(&pause, nil)
+				}
+			}
+		})
+	}
+	if err != nil && !w.stop.Load() {
+		w.log.Error("rtp relay stopped", "err", err)
 	}
 }
 

@@ -44,10 +44,10 @@ func TestRelayWorkerSleepsWhenIdle(t *testing.T) {
 	}
 }
 
-// TestRelayBatchesAfterPause proves that packets arriving on many legs
-// while a worker pauses are all relayed, each within the pause and a
-// generous margin.
-func TestRelayBatchesAfterPause(t *testing.T) {
+// TestRelayBatchOfManyLegs proves that packets arriving on many legs at
+// once, served in batches sharing one lock and one timestamp, are each
+// relayed once and counted on their own leg.
+func TestRelayBatchOfManyLegs(t *testing.T) {
 	e := newEngine(t, Options{NoRTCP: true})
 	type pair struct {
 		la     *Leg

@@ -203,8 +203,8 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 			st.CPUPerPkt = int64(cpu) / st.Recvd
 			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
 		}
-		b.Logf("%d calls, phase %d of %v: %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt",
-			calls, round, dur, st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
+		b.Logf("%d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt",
+			calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
 			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt)
 		cpuSum += st.CPUPerPkt
 		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
@@ -217,6 +217,23 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 	}
 	worst.CPUPerPkt = cpuSum / int64(rounds)
 	return worst
+}
+
+// rawUDPSockets is how many raw IPv4 UDP sockets the host has: the kernel
+// walks them all for every UDP datagram delivered, so other programs'
+// (SIPp's play_pcap_audio) weigh on the relay's CPU per packet.
+func rawUDPSockets() int {
+	b, err := os.ReadFile("/proc/net/raw")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasSuffix(f[1], ":0011") {
+			n++
+		}
+	}
+	return n
 }
 
 // procHist counts durations in 1 µs buckets up to 50 ms.
