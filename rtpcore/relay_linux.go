@@ -16,10 +16,30 @@ import (
 // On Linux the relay is a few workers, each with its own epoll set
 // holding the sockets of the legs given to it. A worker parks in the Go
 // runtime's poller on its epoll descriptor alone; once woken it reads
-// every ready socket, one datagram each, relays it, and asks the set again
-// until nothing is ready. Thousands of sockets thus cost a few goroutines
-// and one wake-up per batch rather than one per packet, and the worker
-// gives its P back while it waits, as any goroutine does.
+// every ready socket, one datagram each (a leg's socket holds one packet
+// per 20 ms), relays them, and asks the set again without blocking until a
+// pass finds nothing. Thousands of sockets thus cost a few goroutines and
+// one wake-up per batch rather than one per packet, and the worker gives
+// its P back while it waits, as any goroutine does. A batch takes the
+// worker's lock once and the time once.
+//
+// Two ways of waking less often were measured and are not used (issue 16):
+// waiting in epoll_wait on the worker's own thread lowered the relay's CPU
+// per packet, but the runtime counts a P in a system call as busy, so with
+// the other Ps idle no thread polled the network for the rest of the
+// process (its SIP sockets) until sysmon did, up to 10 ms later; and a
+// pause between batches (relayPause, a nanosleep so that the packets of
+// many legs gather) hands the P off on every pause and cost far more than
+// it saved when the phones share the process. relayPause stays for
+// BenchmarkRelayProcess to explore on a quiet machine.
+
+// relayPause, when positive, is how long a worker lets packets gather
+// after a batch smaller than pauseBelow. Zero: no pause.
+var relayPause time.Duration
+
+// pauseBelow is the batch size from which a worker does not pause: it is
+// behind, and a pause would only put it further behind.
+const pauseBelow = maxEvents / 4
 
 // engineIO is the engine's relay workers, started with the first leg and
 // stopped by Engine.Close.
@@ -46,6 +66,7 @@ type worker struct {
 
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
+	ready  []*sock // the sockets of events, looked up under mu once per batch
 	buf    []byte
 	from   unix.RawSockaddrAny
 }
@@ -89,6 +110,7 @@ func newWorker(log *slog.Logger) (*worker, error) {
 		wake:   wake,
 		done:   make(chan struct{}),
 		events: make([]unix.EpollEvent, maxEvents),
+		ready:  make([]*sock, maxEvents),
 		buf:    make([]byte, maxPacket),
 	}, nil
 }
@@ -101,11 +123,13 @@ func (w *worker) close() {
 
 // run serves the epoll set until the worker is stopped. It waits in the
 // runtime's poller for the set to become readable, then takes ready
-// sockets without blocking until there are none. Sockets are
-// level-triggered: one with more datagrams queued is reported again by the
-// next round, so a busy socket cannot starve the others.
+// sockets without blocking until there are none (see the comment at the
+// top of the file). Sockets are level-triggered: one with more datagrams
+// queued is reported again by the next round, so a busy socket cannot
+// starve the others.
 func (w *worker) run() {
 	defer close(w.done)
+	pause := unix.NsecToTimespec(int64(relayPause))
 	rc, err := w.ep.SyscallConn()
 	if err == nil {
 		err = rc.Read(func(fd uintptr) bool {
@@ -123,6 +147,9 @@ func (w *worker) run() {
 				if w.serve(w.events[:n]) {
 					return true
 				}
+				if relayPause > 0 && n < pauseBelow {
+					_ = unix.Nanosleep(&pause, nil)
+				}
 			}
 		})
 	}
@@ -132,17 +159,27 @@ func (w *worker) run() {
 }
 
 // serve reads one datagram from each ready socket and relays it. It
-// reports whether the worker is to stop.
+// reports whether the worker is to stop. The packets of a batch share one
+// arrival time: they were all queued by the time the batch began.
 func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
+	ready := w.ready[:len(events)]
+	w.mu.Lock()
 	for i := range events {
-		slot := events[i].Fd
-		if slot == wakeSlot {
+		ready[i] = nil
+		if slot := events[i].Fd; slot >= 0 && int(slot) < len(w.socks) {
+			ready[i] = w.socks[slot]
+		}
+	}
+	w.mu.Unlock()
+	now := time.Now()
+	for i, s := range ready {
+		ready[i] = nil
+		if events[i].Fd == wakeSlot {
 			if w.stop.Load() {
 				return true
 			}
 			continue
 		}
-		s := w.sock(slot)
 		if s == nil || !s.acquire() {
 			continue
 		}
@@ -152,21 +189,12 @@ func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
 			if s.rtcp {
 				s.leg.handleRTCP(w.buf[:n], src)
 			} else {
-				s.leg.handle(w.buf[:n], src, time.Now())
+				s.leg.handle(w.buf[:n], src, now)
 			}
 		}
 		s.release()
 	}
 	return false
-}
-
-func (w *worker) sock(slot int32) *sock {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if slot < 0 || int(slot) >= len(w.socks) {
-		return nil
-	}
-	return w.socks[slot]
 }
 
 // add registers s with the worker's epoll set.

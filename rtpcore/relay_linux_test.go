@@ -1,0 +1,76 @@
+package rtpcore
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// threadCPU is the CPU time of the process's threads so far, as the
+// kernel counts it (getrusage): a thread spinning in system calls shows.
+func threadCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestRelayWorkerSleepsWhenIdle proves that a worker blocks once the
+// packets stop, rather than polling its epoll set: after relaying a burst,
+// the process uses next to no CPU over a quiet window.
+func TestRelayWorkerSleepsWhenIdle(t *testing.T) {
+	e := newEngine(t, Options{})
+	_, la, _, pa, pb := bridgedPair(t, e)
+	for i := range 50 {
+		pa.sendTo(legTo(la), pa.packet(PayloadPCMA, 160))
+		if got, _ := pb.recv(2 * time.Second); got == nil {
+			t.Fatalf("packet %d not relayed", i)
+		}
+	}
+	const window = 300 * time.Millisecond
+	cpu0, start := threadCPU(t), time.Now()
+	time.Sleep(window) // the quiet window measured, not a wait for an event
+	cpu, wall := threadCPU(t)-cpu0, time.Since(start)
+	// A worker polling without blocking would use the whole window.
+	if cpu > wall/10 {
+		t.Errorf("idle relay used %v of CPU in %v", cpu, wall)
+	}
+	// And it still wakes for the next packet.
+	pa.sendTo(legTo(la), pa.packet(PayloadPCMA, 160))
+	if got, _ := pb.recv(2 * time.Second); got == nil {
+		t.Fatal("packet after the quiet window not relayed")
+	}
+}
+
+// TestRelayBatchOfManyLegs proves that packets arriving on many legs at
+// once, served in batches sharing one lock and one timestamp, are each
+// relayed once and counted on their own leg.
+func TestRelayBatchOfManyLegs(t *testing.T) {
+	e := newEngine(t, Options{NoRTCP: true})
+	type pair struct {
+		la     *Leg
+		pa, pb *phone
+	}
+	pairs := make([]pair, 20)
+	for i := range pairs {
+		_, la, _, pa, pb := bridgedPair(t, e)
+		pairs[i] = pair{la, pa, pb}
+	}
+	for round := range 5 {
+		for _, p := range pairs {
+			p.pa.sendTo(legTo(p.la), p.pa.packet(PayloadPCMA, 160))
+		}
+		for i, p := range pairs {
+			if got, _ := p.pb.recv(2 * time.Second); got == nil {
+				t.Fatalf("round %d: packet of pair %d not relayed", round, i)
+			}
+		}
+	}
+	for i, p := range pairs {
+		if st := p.la.Stats(); st.PacketsIn != 5 {
+			t.Errorf("pair %d: leg received %d packets, want 5", i, st.PacketsIn)
+		}
+	}
+}

@@ -1,0 +1,490 @@
+package rtpcore
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The relay and the phones of BenchmarkRelayProcess use addresses of
+// their own: a raw socket bound to 127.0.0.1 (SIPp playing RTP from a pcap
+// opens one per call) is handed a copy of every UDP datagram sent to that
+// address, so another program's SIPp on the machine would charge the
+// relay a copy per raw socket for each packet it sends.
+var (
+	procRelayIP = netip.MustParseAddr("127.0.0.3")
+	procPhoneIP = netip.MustParseAddr("127.0.0.2")
+)
+
+// phonesEnv, set to a number of calls, turns the test binary into the
+// phones of BenchmarkRelayProcess (see TestMain).
+const phonesEnv = "PBX_RTP_PHONES"
+
+// TestMain runs the package's tests, or, started by BenchmarkRelayProcess
+// with phonesEnv set, its phones.
+func TestMain(m *testing.M) {
+	if n, err := strconv.Atoi(os.Getenv(phonesEnv)); err == nil && n > 0 {
+		if err := runProcPhones(n, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "phones:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// BenchmarkRelayProcess is the relay's figure of issue 16: the CPU of the
+// whole relaying process per packet relayed, with the phones in a child
+// process (this test binary again) so that their CPU is not counted, as in
+// the side-by-side run against rtpengine. Each call is a bridged pair of
+// legs; each phone sends a 20 ms PCMA packet every 20 ms with its send
+// time in the payload, the phones spread over the period in 1 ms slots.
+// The receiving phone takes the kernel's receive timestamp, so the
+// latency is the phone's send call to the relay's send, and the added
+// jitter is |L_i - L_(i-1)| over consecutive packets of a stream (RFC
+// 3550's D with the relay as the path). Loss is the packets sent in a
+// phase that never came back.
+//
+// Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
+// of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
+// PBX_BENCH_HOLD seconds (default 5; the issue's figure is 60).
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PAUSE_US sets the
+// workers' pause between batches (see relayPause); PBX_BENCH_RAW_SOCKETS
+// opens that many raw UDP sockets on the phones' address, as SIPp's
+// play_pcap_audio does per call (see openRawUDP).
+func BenchmarkRelayProcess(b *testing.B) {
+	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
+		relayPause = time.Duration(us) * time.Microsecond // to explore the trade-off
+	}
+	for _, c := range []struct {
+		calls, secs, rounds int
+	}{{envInt("PBX_BENCH_CALLS", 1000), secs, rounds}, {2000, envInt("PBX_BENCH_HOLD", 5), 1}} {
+		b.Run(fmt.Sprintf("calls=%d", c.calls), func(b *testing.B) {
+			var sum procPhase
+			for b.Loop() {
+				sum = runRelayProcess(b, c.calls, time.Duration(c.secs)*time.Second, c.rounds)
+			}
+			b.ReportMetric(float64(sum.CPUPerPkt)/1e3, "cpu-µs/pkt")
+			b.ReportMetric(sum.SwitchPerPkt, "switches/pkt")
+			b.ReportMetric(sum.lossPct(), "loss-%")
+			b.ReportMetric(float64(sum.Var99)/1e3, "jitter-p99-µs")
+			b.ReportMetric(float64(sum.Lat99)/1e3, "lat-p99-µs")
+			b.ReportMetric(float64(sum.Max)/1e3, "lat-max-µs")
+		})
+	}
+}
+
+// procPhase is what one measured phase found; durations in nanoseconds.
+type procPhase struct {
+	Sent, Recvd  int64
+	Lat50, Lat99 int64
+	Var99        int64
+	Max          int64
+	CPUPerPkt    int64   // the relaying process's CPU per packet relayed
+	SwitchPerPkt float64 // its context switches per packet relayed
+}
+
+// switches is how many context switches the process's threads have made
+// so far, voluntary (a wait) and not.
+func switches() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Nvcsw + ru.Nivcsw
+}
+
+func (p procPhase) lossPct() float64 {
+	if p.Sent == 0 {
+		return 0
+	}
+	return 100 * float64(max(p.Sent-p.Recvd, 0)) / float64(p.Sent)
+}
+
+// runRelayProcess bridges calls calls to a child process's phones and
+// measures rounds phases of dur; it returns the worst of each figure
+// (the mean CPU).
+func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) procPhase {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), phonesEnv+"="+strconv.Itoa(calls))
+	cmd.Stderr = os.Stderr
+	toChild, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fromChild, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		toChild.Close()
+		_ = cmd.Wait()
+	}()
+	lines := bufio.NewScanner(fromChild)
+	lines.Buffer(nil, 1<<20)
+	readLine := func() string {
+		if !lines.Scan() {
+			b.Fatalf("phones ended: %v", lines.Err())
+		}
+		return lines.Text()
+	}
+	phonePorts := strings.Fields(readLine())
+	if len(phonePorts) != 2*calls {
+		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), calls)
+	}
+
+	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	var legPorts []string
+	for i := range calls {
+		s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var legs [2]*Leg
+		for j := range legs {
+			if legs[j], err = s.NewLeg(fmt.Sprint(j)); err != nil {
+				b.Fatal(err)
+			}
+			port, _ := strconv.Atoi(phonePorts[2*i+j])
+			legs[j].SetRemote(netip.AddrPortFrom(procPhoneIP, uint16(port)))
+			legPorts = append(legPorts, strconv.Itoa(legs[j].Port()))
+		}
+		if err := s.Bridge(legs[0], legs[1]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := fmt.Fprintln(toChild, strings.Join(legPorts, " ")); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(time.Second) // the phones start; the first phase needs them steady
+
+	var worst procPhase
+	var cpuSum int64
+	for round := range rounds {
+		fmt.Fprintln(toChild, "start")
+		cpu0, sw0 := cpuTime(), switches()
+		time.Sleep(dur)
+		cpu, sw := cpuTime()-cpu0, switches()-sw0
+		fmt.Fprintln(toChild, "stop")
+		var st procPhase
+		if err := json.Unmarshal([]byte(readLine()), &st); err != nil {
+			b.Fatal(err)
+		}
+		if st.Recvd > 0 {
+			st.CPUPerPkt = int64(cpu) / st.Recvd
+			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
+		}
+		b.Logf("%d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt",
+			calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
+			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt)
+		cpuSum += st.CPUPerPkt
+		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
+		worst.Sent += st.Sent
+		worst.Recvd += st.Recvd
+		worst.Lat50 = max(worst.Lat50, st.Lat50)
+		worst.Lat99 = max(worst.Lat99, st.Lat99)
+		worst.Var99 = max(worst.Var99, st.Var99)
+		worst.Max = max(worst.Max, st.Max)
+	}
+	worst.CPUPerPkt = cpuSum / int64(rounds)
+	return worst
+}
+
+// rawUDPSockets is how many raw IPv4 UDP sockets the host has: the kernel
+// walks them all for every UDP datagram delivered, so other programs'
+// (SIPp's play_pcap_audio) weigh on the relay's CPU per packet.
+func rawUDPSockets() int {
+	b, err := os.ReadFile("/proc/net/raw")
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.HasSuffix(f[1], ":0011") {
+			n++
+		}
+	}
+	return n
+}
+
+// procHist counts durations in 1 µs buckets up to 50 ms.
+type procHist struct {
+	buckets [50000]atomic.Uint64
+	max     atomic.Int64
+}
+
+func (h *procHist) add(ns int64) {
+	ns = max(ns, 0)
+	for m := h.max.Load(); ns > m && !h.max.CompareAndSwap(m, ns); m = h.max.Load() {
+	}
+	h.buckets[min(ns/1000, int64(len(h.buckets)-1))].Add(1)
+}
+
+func (h *procHist) reset() {
+	for i := range h.buckets {
+		h.buckets[i].Store(0)
+	}
+	h.max.Store(0)
+}
+
+// quantile is the upper edge of the bucket holding quantile q.
+func (h *procHist) quantile(q float64) int64 {
+	var total uint64
+	for i := range h.buckets {
+		total += h.buckets[i].Load()
+	}
+	want := uint64(q * float64(total))
+	var acc uint64
+	for i := range h.buckets {
+		if acc += h.buckets[i].Load(); acc > want {
+			return int64(i+1) * 1000
+		}
+	}
+	return h.max.Load()
+}
+
+// procPhones is the child's shared measuring state.
+type procPhones struct {
+	sending     atomic.Bool  // packets sent are counted, and marked with phase
+	phase       atomic.Int32 // 1..255, the measured phase's mark
+	counting    atomic.Bool  // latency and jitter are measured
+	sent, recvd atomic.Int64
+	lat, vari   procHist
+}
+
+// runProcPhones is the child's side of BenchmarkRelayProcess: it opens
+// 2*calls phone sockets and writes their ports as one line, reads the legs'
+// ports (one line, in the same order), then sends toward them and
+// measures what comes back. "start" begins a measured phase, "stop" ends
+// it and writes its procPhase as one JSON line; end of input ends it.
+func runProcPhones(calls int, in io.Reader, out io.Writer) error {
+	conns := make([]*net.UDPConn, 2*calls)
+	var ports []string
+	for i := range conns {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(procPhoneIP, 0)))
+		if err != nil {
+			return err
+		}
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+		}); err != nil || serr != nil {
+			return fmt.Errorf("SO_TIMESTAMPNS: %w", errors.Join(err, serr))
+		}
+		conns[i] = c
+		ports = append(ports, strconv.Itoa(c.LocalAddr().(*net.UDPAddr).Port))
+	}
+	fmt.Fprintln(out, strings.Join(ports, " "))
+	lines := bufio.NewScanner(in)
+	lines.Buffer(nil, 1<<20)
+	if !lines.Scan() {
+		return fmt.Errorf("no leg ports: %w", lines.Err())
+	}
+	legPorts := strings.Fields(lines.Text())
+	if len(legPorts) != len(conns) {
+		return fmt.Errorf("%d leg ports for %d phones", len(legPorts), len(conns))
+	}
+	to := make([]netip.AddrPort, len(conns))
+	for i, p := range legPorts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return err
+		}
+		to[i] = netip.AddrPortFrom(procRelayIP, uint16(n))
+	}
+	if n := envInt("PBX_BENCH_RAW_SOCKETS", 0); n > 0 {
+		closeRaw, err := openRawUDP(n)
+		if err != nil {
+			return err
+		}
+		defer closeRaw()
+	}
+	ph := new(procPhones)
+	for _, c := range conns {
+		go ph.receive(c)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	shards := min(len(conns), 2*runtime.GOMAXPROCS(0))
+	start := time.Now()
+	for g := range shards {
+		go ph.send(conns, to, g, shards, start, stop)
+	}
+	for lines.Scan() {
+		switch lines.Text() {
+		case "start":
+			ph.lat.reset()
+			ph.vari.reset()
+			ph.sent.Store(0)
+			ph.recvd.Store(0)
+			ph.phase.Store(ph.phase.Load()%255 + 1)
+			ph.counting.Store(true)
+			ph.sending.Store(true)
+		case "stop":
+			ph.sending.Store(false)
+			// Packets sent in the phase may still be on their way.
+			for d := time.Now().Add(time.Second); ph.recvd.Load() < ph.sent.Load() && time.Now().Before(d); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			ph.counting.Store(false)
+			st := procPhase{Sent: ph.sent.Load(), Recvd: ph.recvd.Load(), Lat50: ph.lat.quantile(0.5), Lat99: ph.lat.quantile(0.99),
+				Var99: ph.vari.quantile(0.99), Max: ph.lat.max.Load()}
+			js, _ := json.Marshal(st)
+			fmt.Fprintln(out, string(js))
+		}
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	return lines.Err()
+}
+
+// openRawUDP opens n raw UDP sockets bound to the phones' address, as
+// SIPp does for each call playing RTP from a pcap (play_pcap_audio): the
+// kernel hands each of them a copy of every UDP datagram to that address,
+// which the sender of the datagram (the relay) pays for. It needs
+// CAP_NET_RAW.
+func openRawUDP(n int) (func(), error) {
+	fds := make([]int, 0, n)
+	closeAll := func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	for range n {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("raw socket: %w", err)
+		}
+		fds = append(fds, fd)
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: procPhoneIP.As4()}); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("raw socket: %w", err)
+		}
+	}
+	return closeAll, nil
+}
+
+// send is one sender of the child: like real phones, each stream has its
+// own phase in the 20 ms period, stream i sending in the 1 ms slot
+// (i/shards)%20 of those shard g serves.
+func (ph *procPhones) send(conns []*net.UDPConn, to []netip.AddrPort, g, shards int, start time.Time, stop chan struct{}) {
+	const slots = 20
+	var bySlot [slots][]int
+	for i := g; i < len(conns); i += shards {
+		bySlot[(i/shards)%slots] = append(bySlot[(i/shards)%slots], i)
+	}
+	seqs := make([]uint16, len(conns))
+	pkt := make([]byte, HeaderLen+160)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	next := int64(0)
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-tick.C:
+			for cur := int64(now.Sub(start) / time.Millisecond); next <= cur; next++ {
+				for _, i := range bySlot[next%slots] {
+					AppendHeader(pkt[:0], false, PayloadPCMA, seqs[i], uint32(seqs[i])*160, uint32(i+1))
+					seqs[i]++
+					counted := ph.sending.Load()
+					pkt[HeaderLen+8] = 0
+					if counted {
+						pkt[HeaderLen+8] = byte(ph.phase.Load()) // counted by the receiver too
+					}
+					binary.BigEndian.PutUint64(pkt[HeaderLen:], uint64(time.Now().UnixNano()))
+					if _, err := conns[i].WriteToUDPAddrPort(pkt, to[i]); err == nil && counted {
+						ph.sent.Add(1)
+					}
+				}
+			}
+		}
+	}
+}
+
+// receive reads what the relay sends to phone c: the latency is the
+// kernel's receive timestamp less the send time in the payload.
+func (ph *procPhones) receive(c *net.UDPConn) {
+	buf := make([]byte, 2048)
+	oob := make([]byte, unix.CmsgSpace(16))
+	var lastSeq uint16
+	var lastLat int64
+	have := false
+	for {
+		n, oobn, _, _, err := c.ReadMsgUDPAddrPort(buf, oob)
+		if err != nil {
+			return
+		}
+		rx, ok := procRxTimestamp(oob[:oobn])
+		if !ok || n < HeaderLen+9 {
+			continue
+		}
+		l := rx - int64(binary.BigEndian.Uint64(buf[HeaderLen:]))
+		seq := binary.BigEndian.Uint16(buf[2:])
+		if m := buf[HeaderLen+8]; m != 0 && int32(m) == ph.phase.Load() {
+			ph.recvd.Add(1)
+		}
+		if ph.counting.Load() {
+			ph.lat.add(l)
+			if have && seq == lastSeq+1 {
+				d := l - lastLat
+				ph.vari.add(max(d, -d))
+			}
+		}
+		lastSeq, lastLat, have = seq, l, true
+	}
+}
+
+// procRxTimestamp finds the SCM_TIMESTAMPNS control message in oob and
+// returns its time in Unix nanoseconds.
+func procRxTimestamp(oob []byte) (int64, bool) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		if h.Len < unix.SizeofCmsghdr || int(h.Len) > len(oob) {
+			return 0, false
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && int(h.Len) >= unix.CmsgLen(16) {
+			d := oob[unix.CmsgLen(0):]
+			sec := int64(binary.NativeEndian.Uint64(d))
+			nsec := int64(binary.NativeEndian.Uint64(d[8:]))
+			return sec*1e9 + nsec, true
+		}
+		oob = oob[min(unix.CmsgSpace(int(h.Len)-unix.SizeofCmsghdr), len(oob)):]
+	}
+	return 0, false
+}
