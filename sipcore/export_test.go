@@ -2,6 +2,14 @@ package sipcore
 
 import "time"
 
+// SetRegisterLinger makes a REGISTER's answer stay cached d to 2d; it
+// returns the restore function. Call it before New.
+func SetRegisterLinger(d time.Duration) (restore func()) {
+	old := registerLinger
+	registerLinger = d
+	return func() { registerLinger = old }
+}
+
 // SetUDPGenerations makes a UDP reader generation last sources source
 // changes and a retired one linger grace, for the tests; it returns the
 // restore function. Call it before New.
