@@ -22,6 +22,8 @@ import (
 	"pbx/sipcore"
 )
 
+var gcRounds = 1
+
 // goMemory is what the Go runtime holds, read with runtime/metrics after a
 // collection.
 type goMemory struct {
@@ -29,7 +31,9 @@ type goMemory struct {
 }
 
 func readGoMemory() goMemory {
-	runtime.GC()
+	for range gcRounds {
+		runtime.GC()
+	}
 	s := []metrics.Sample{
 		{Name: "/memory/classes/heap/objects:bytes"},
 		{Name: "/memory/classes/heap/stacks:bytes"},
@@ -124,6 +128,9 @@ func BenchmarkHeldCallMemory(b *testing.B) {
 		runtime.MemProfileRate = 1024
 	}
 	calls := 1000
+	if v, err := strconv.Atoi(os.Getenv("PBX_HELD_GC")); err == nil && v > 0 {
+		gcRounds = v
+	}
 	if v, err := strconv.Atoi(os.Getenv("PBX_HELD_CALLS")); err == nil && v > 0 {
 		calls = v
 	}

@@ -55,6 +55,7 @@ type Call struct {
 
 	endCh    chan string // end requests (hangup, media timeout, remote BYE)
 	endOnce  sync.Once
+	dtmfStop func() // removes the DTMF taps (startDTMF); guarded by mu
 	legCh    chan legEvent
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
@@ -364,6 +365,7 @@ func (c *Call) finishAt(now time.Time, cause calls.Cause, status int, reason str
 		c.mu.Unlock()
 		close(c.done)
 		c.stopTimers()
+		c.stopDTMF()
 		if c.session != nil && !c.mediaKept.Load() {
 			_ = c.session.Close()
 		}
