@@ -112,7 +112,9 @@ spec: {password: bob-secret, extension: "102"}
 // callee, so RTP flows both ways through the relay), and reports what the
 // process holds per call once all are up, against before the first: live
 // heap, goroutine stacks and goroutines (runtime/metrics after a
-// collection). PBX_HELD_PROFILES names a directory for a heap profile
+// collection), PBX_HELD_SETTLE (default 2s) after the last call is up (35s
+// leaves out what the transactions of the setup keep: Timer L and M are
+// 32 s). PBX_HELD_PROFILES names a directory for a heap profile
 // (heap.prof, sampled every kB) and the goroutines (goroutine.txt) taken
 // with the calls up. It needs sipp; b.N is ignored (one
 // ladder per run).
@@ -155,8 +157,12 @@ func BenchmarkHeldCallMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	settle := 2 * time.Second
+	if v, err := time.ParseDuration(os.Getenv("PBX_HELD_SETTLE")); err == nil && v > 0 {
+		settle = v
+	}
 	rate := min(max(calls/5, 20), 200)
-	hold := time.Duration(calls/rate)*time.Second + 20*time.Second
+	hold := time.Duration(calls/rate)*time.Second + settle + 20*time.Second
 	if err := writeHoldCapture(filepath.Join(dir, "hold.pcap"), int(hold/(20*time.Millisecond))); err != nil {
 		b.Fatal(err)
 	}
@@ -199,7 +205,7 @@ func BenchmarkHeldCallMemory(b *testing.B) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second) // every relay past its first packets
+	time.Sleep(settle) // every relay past its first packets
 	up := readGoMemory()
 	if profiles != "" {
 		writeProfile(b, filepath.Join(profiles, "heap.prof"), "heap", 0)

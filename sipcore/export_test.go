@@ -2,6 +2,10 @@ package sipcore
 
 import "time"
 
+// RegisterBacklog is how many REGISTERs over UDP can be handled or wait
+// for a worker at once before new ones are answered 503.
+const RegisterBacklog = registerWorkers + registerQueueLen
+
 // SetRegisterLinger makes a REGISTER's answer stay cached d to 2d; it
 // returns the restore function. Call it before New.
 func SetRegisterLinger(d time.Duration) (restore func()) {

@@ -363,6 +363,51 @@ func TestRegisterRetransmissionWhileHandled(t *testing.T) {
 	}
 }
 
+// TestRegisterShedWhenBehind: while the REGISTER workers are stuck and
+// their queue is full, a new REGISTER is answered 503 with Retry-After at
+// once rather than queued; the ones queued are answered once the workers
+// go on.
+func TestRegisterShedWhenBehind(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	s, addr := udpServer(t, sipcore.Options{}, func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			calls.Add(1)
+			<-release
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+		})
+	})
+	c := udpClient(t)
+	_ = c.SetReadBuffer(4 << 20)
+	queued := 0
+	for i := 0; ; i++ {
+		if _, err := c.WriteToUDPAddrPort(sipRequest("REGISTER", "SIP/2.0", fmt.Sprintf("behind%d", i), local(c), ""), addr); err != nil {
+			t.Fatal(err)
+		}
+		if res := receive(t, c, addr, time.Millisecond); res != "" {
+			if statusOf(res) != "SIP/2.0 503 Service Unavailable" || !strings.Contains(res, "Retry-After: 10") {
+				t.Fatalf("REGISTER %d while behind: %q", i, res)
+			}
+			break
+		}
+		queued++
+		if queued > 2*sipcore.RegisterBacklog {
+			t.Fatalf("%d REGISTERs queued without a 503", queued)
+		}
+	}
+	if queued < sipcore.RegisterBacklog/2 {
+		t.Fatalf("503 after %d REGISTERs, want about %d", queued, sipcore.RegisterBacklog)
+	}
+	close(release)
+	ok := 0
+	for statusOf(receive(t, c, addr, 2*time.Second)) == "SIP/2.0 200 OK" {
+		ok++
+	}
+	if ok != queued || int(calls.Load()) != queued || s.Stats().RefusedOverCap != 1 {
+		t.Fatalf("%d queued, %d answered 200, handler called %d times, RefusedOverCap %d", queued, ok, calls.Load(), s.Stats().RefusedOverCap)
+	}
+}
+
 // TestRegisterShedWhenFull: with a cap of 3, a fourth REGISTER while three
 // answers are cached is answered 503 with Retry-After at once, without
 // reaching the handler.
