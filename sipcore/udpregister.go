@@ -177,11 +177,12 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // new entry goes into the current one, and every period the previous
 // generation is dropped whole and the current one takes its place.
 type registerCache struct {
-	max   int
-	mu    sync.Mutex
-	cur   map[string]*cachedResponse
-	prev  map[string]*cachedResponse
-	timer *time.Timer // rotates while entries remain
+	max    int
+	linger time.Duration // registerLinger when the cache was made
+	mu     sync.Mutex
+	cur    map[string]*cachedResponse
+	prev   map[string]*cachedResponse
+	timer  *time.Timer // rotates while entries remain
 }
 
 // cachedResponse is a REGISTER's final response (nil while it is handled)
@@ -192,7 +193,7 @@ type cachedResponse struct {
 }
 
 func newRegisterCache(max int) *registerCache {
-	return &registerCache{max: max, cur: map[string]*cachedResponse{}}
+	return &registerCache{max: max, linger: registerLinger, cur: map[string]*cachedResponse{}}
 }
 
 // begin looks key up: seen reports a REGISTER already handled or being
@@ -213,7 +214,7 @@ func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen,
 	}
 	c.cur[key] = &cachedResponse{}
 	if c.timer == nil {
-		c.timer = time.AfterFunc(registerLinger, c.rotate)
+		c.timer = time.AfterFunc(c.linger, c.rotate)
 	}
 	return nil, netip.AddrPort{}, false, false
 }
@@ -250,7 +251,7 @@ func (c *registerCache) rotate() {
 		c.timer = nil
 		return
 	}
-	c.timer = time.AfterFunc(registerLinger, c.rotate)
+	c.timer = time.AfterFunc(c.linger, c.rotate)
 }
 
 // size is the number of REGISTERs cached or being handled.
