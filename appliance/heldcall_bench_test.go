@@ -162,7 +162,7 @@ func BenchmarkHeldCallMemory(b *testing.B) {
 		settle = v
 	}
 	rate := min(max(calls/5, 20), 200)
-	hold := time.Duration(calls/rate)*time.Second + settle + 20*time.Second
+	hold := time.Duration(calls/rate)*time.Second + settle + 60*time.Second
 	if err := writeHoldCapture(filepath.Join(dir, "hold.pcap"), int(hold/(20*time.Millisecond))); err != nil {
 		b.Fatal(err)
 	}
