@@ -576,7 +576,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		s.releaseAfterOverload(gctx)
+		s.releaseAfterLoad(gctx)
 		return nil
 	})
 	g.Go(func() error {

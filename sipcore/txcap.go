@@ -77,7 +77,7 @@ func (t *txTracker) takePeak() (peak, now int) {
 
 // compact replaces the map of open transactions with one sized for what
 // is open now: a Go map keeps the buckets of its largest size (about 90
-// bytes per transaction of the peak), and releaseAfterOverload calls this
+// bytes per transaction of the peak), and releaseAfterLoad calls this
 // once a load is over.
 func (t *txTracker) compact() {
 	t.mu.Lock()
@@ -137,7 +137,7 @@ const releaseEvery = 5 * time.Second
 // after: about 10 MB of heap.
 const releaseFloor = 5000
 
-// releaseAfterOverload returns the heap of a load to the system once it is
+// releaseAfterLoad returns the heap of a load to the system once it is
 // over. When many requests were in flight at once (open transactions and
 // cached REGISTER answers, at least releaseFloor) and they have ended
 // (fewer than a tenth of that peak remain), it calls debug.FreeOSMemory
@@ -148,7 +148,7 @@ const releaseFloor = 5000
 // during the load, and happens at most every releaseEvery. Looking every
 // 5 s, a REGISTER load is returned 10 to 15 s after it ends (its answers
 // are cached 5 to 10 s), within the 30 s the issue asks.
-func (s *Server) releaseAfterOverload(ctx context.Context) {
+func (s *Server) releaseAfterLoad(ctx context.Context) {
 	t := time.NewTicker(releaseEvery)
 	defer t.Stop()
 	var high int
@@ -167,7 +167,7 @@ func (s *Server) releaseAfterOverload(ctx context.Context) {
 		}
 		s.txs.compact()
 		debug.FreeOSMemory()
-		s.log.Info("sip overload over: memory returned", "peak_transactions", high, "open", now)
+		s.log.Info("sip load over: memory returned", "peak_in_flight", high, "in_flight", now)
 		high = 0
 	}
 }
