@@ -399,12 +399,22 @@ func TestRegisterShedWhenBehind(t *testing.T) {
 		t.Fatalf("503 after %d REGISTERs, want about %d", queued, sipcore.RegisterBacklog)
 	}
 	close(release)
-	ok := 0
-	for statusOf(receive(t, c, addr, 2*time.Second)) == "SIP/2.0 200 OK" {
-		ok++
+	// On a busy machine a 503 may arrive after the next REGISTER left:
+	// every one sent is answered once, 200 when handled, else 503.
+	ok, refused := 0, 1
+	for {
+		res := statusOf(receive(t, c, addr, 2*time.Second))
+		if res == "SIP/2.0 200 OK" {
+			ok++
+		} else if res == "SIP/2.0 503 Service Unavailable" {
+			refused++
+		} else {
+			break
+		}
 	}
-	if ok != queued || int(calls.Load()) != queued || s.Stats().RefusedOverCap != 1 {
-		t.Fatalf("%d queued, %d answered 200, handler called %d times, RefusedOverCap %d", queued, ok, calls.Load(), s.Stats().RefusedOverCap)
+	if ok+refused != queued+1 || int(calls.Load()) != ok || s.Stats().RefusedOverCap != uint64(refused) {
+		t.Fatalf("%d sent, %d answered 200, %d 503, handler called %d times, RefusedOverCap %d",
+			queued+1, ok, refused, calls.Load(), s.Stats().RefusedOverCap)
 	}
 }
 
