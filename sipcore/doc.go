@@ -21,6 +21,10 @@
 //     handlers send and answers new INVITEs with 503 while draining;
 //   - an answer to OPTIONS outside a dialog (200 with Allow and Accept),
 //     sent over UDP without a transaction;
+//   - REGISTER over UDP handled without a sipgo transaction (udpregister.go):
+//     a few workers run its handler, the final answer's bytes are cached
+//     5 to 10 s for retransmissions, and a REGISTER the workers or the
+//     cache have no room for is answered 503 with Retry-After at once;
 //   - an answer to methods nobody handles, logged at debug level: SUBSCRIBE
 //     gets 489 Bad Event (no event package is supported), PRACK 420 with
 //     Unsupported: 100rel (reliable provisionals are not supported), and

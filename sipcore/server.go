@@ -43,7 +43,11 @@ type Server struct {
 	parser *sip.Parser // for the UDP readers' stateless answers
 	txs    *txTracker
 	known  *knownSources
-	stats  counters
+	// register is the REGISTER handler, which the UDP readers run without
+	// a transaction (udpregister.go); registers caches its answers.
+	register  atomic.Pointer[sipgo.RequestHandler]
+	registers *registerCache
+	stats     counters
 
 	ready     chan struct{}
 	closeOnce sync.Once
@@ -111,7 +115,8 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),
-		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources()}
+		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources(),
+		registers: newRegisterCache(opts.maxServerTransactions())}
 	s.tcp = newTCPLimits(opts.TCP, opts.Admit, log)
 
 	// Bind everything first so a taken port surfaces before anything runs.
@@ -350,6 +355,9 @@ func (s *Server) Handle(method sip.RequestMethod, h sipgo.RequestHandler) {
 			releaseRequest(req)
 		}
 	}
+	if method == sip.REGISTER {
+		s.register.Store(&h)
+	}
 	if method == sip.OPTIONS {
 		s.mu.Lock()
 		s.inDialogOptions = wrapped
@@ -568,7 +576,7 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		s.releaseAfterOverload(gctx)
+		s.releaseAfterLoad(gctx)
 		return nil
 	})
 	g.Go(func() error {

@@ -26,9 +26,17 @@ type Stats struct {
 	TooLarge          uint64 // UDP requests answered 513
 	TooLargeDropped   uint64 // UDP datagrams over the limit that could not be answered
 	StatelessOptions  uint64 // out-of-dialog OPTIONS answered without a transaction
-	MalformedDropped  uint64 // datagrams the UDP readers parsed and found unusable
-	QueueDropped      uint64 // UDP datagrams dropped because the stack was behind
-	ReadErrors        uint64 // UDP read errors other than the socket closing
+	// StatelessRegister counts responses to REGISTERs over UDP, sent
+	// without a transaction; RegisterRetransmissions the retransmitted
+	// REGISTERs answered from (or absorbed by) the cache; CachedRegisters
+	// is the number of answers cached now (bounded like the transactions
+	// by Options.MaxServerTransactions).
+	StatelessRegister       uint64
+	RegisterRetransmissions uint64
+	CachedRegisters         int
+	MalformedDropped        uint64 // datagrams the UDP readers parsed and found unusable
+	QueueDropped            uint64 // UDP datagrams dropped because the stack was behind
+	ReadErrors              uint64 // UDP read errors other than the socket closing
 }
 
 // counters backs Stats.
@@ -36,6 +44,7 @@ type counters struct {
 	refusedOverCap, versionRejected, badVersionDropped atomic.Uint64
 	tooLarge, tooLargeDropped, statelessOptions        atomic.Uint64
 	malformedDropped, queueDropped, readErrors         atomic.Uint64
+	statelessRegister, registerRetransmissions         atomic.Uint64
 	overloadLogged                                     atomic.Int64 // unix ns of the last warning
 }
 
@@ -54,16 +63,19 @@ func (s *Server) noteOverload() {
 // Stats returns the current sizes and counters.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		OpenTransactions:  s.txs.count(),
-		RefusedOverCap:    s.stats.refusedOverCap.Load(),
-		VersionRejected:   s.stats.versionRejected.Load(),
-		BadVersionDropped: s.stats.badVersionDropped.Load(),
-		TooLarge:          s.stats.tooLarge.Load(),
-		TooLargeDropped:   s.stats.tooLargeDropped.Load(),
-		StatelessOptions:  s.stats.statelessOptions.Load(),
-		MalformedDropped:  s.stats.malformedDropped.Load(),
-		QueueDropped:      s.stats.queueDropped.Load(),
-		ReadErrors:        s.stats.readErrors.Load(),
+		OpenTransactions:        s.txs.count(),
+		RefusedOverCap:          s.stats.refusedOverCap.Load(),
+		VersionRejected:         s.stats.versionRejected.Load(),
+		BadVersionDropped:       s.stats.badVersionDropped.Load(),
+		TooLarge:                s.stats.tooLarge.Load(),
+		TooLargeDropped:         s.stats.tooLargeDropped.Load(),
+		StatelessOptions:        s.stats.statelessOptions.Load(),
+		StatelessRegister:       s.stats.statelessRegister.Load(),
+		CachedRegisters:         s.registers.size(),
+		RegisterRetransmissions: s.stats.registerRetransmissions.Load(),
+		MalformedDropped:        s.stats.malformedDropped.Load(),
+		QueueDropped:            s.stats.queueDropped.Load(),
+		ReadErrors:              s.stats.readErrors.Load(),
 	}
 	if pool := s.ua.TransportLayer().Pool(TransportUDP); pool != nil {
 		st.UDPPoolEntries = pool.Size()

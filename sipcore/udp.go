@@ -33,7 +33,7 @@ import (
 //     2.0, 513 for a datagram over UDPMaxMessage, 503 past the transaction
 //     cap, and 200 to an out-of-dialog OPTIONS (a keep-alive probe; answered
 //     statelessly as Kamailio and Asterisk do, RFC 3261 8.2.7), the commonest
-//     flood.
+//     flood. REGISTER is handled without a transaction too (udpregister.go).
 var (
 	// udpReaders is the number of goroutines reading one UDP socket.
 	udpReaders = min(max(runtime.GOMAXPROCS(0), 2), 4)
@@ -66,24 +66,35 @@ type udpPacket struct {
 
 // udpListener serves one bound UDP socket.
 type udpListener struct {
-	s      *Server
-	conn   *net.UDPConn
-	laddr  string
-	queue  chan udpPacket
-	closed chan struct{} // closed once the readers stopped
-	gens   sync.WaitGroup
+	s     *Server
+	conn  *net.UDPConn
+	laddr string
+	queue chan udpPacket
+	// registers feeds the workers running the REGISTER handler.
+	registers chan registerJob
+	closed    chan struct{} // closed once the readers stopped
+	gens      sync.WaitGroup
 }
 
 // serveUDP reads b's socket until it is closed.
 func (s *Server) serveUDP(b *bound) error {
 	u := &udpListener{
-		s:      s,
-		conn:   b.udp,
-		laddr:  b.udp.LocalAddr().String(),
-		queue:  make(chan udpPacket, udpQueueLen),
-		closed: make(chan struct{}),
+		s:         s,
+		conn:      b.udp,
+		laddr:     b.udp.LocalAddr().String(),
+		queue:     make(chan udpPacket, udpQueueLen),
+		registers: make(chan registerJob, registerQueueLen),
+		closed:    make(chan struct{}),
 	}
 	u.startGeneration()
+	var workers sync.WaitGroup
+	for range registerWorkers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			u.runRegisters()
+		}()
+	}
 	var wg sync.WaitGroup
 	for range udpReaders {
 		wg.Add(1)
@@ -93,6 +104,8 @@ func (s *Server) serveUDP(b *bound) error {
 		}()
 	}
 	wg.Wait()
+	close(u.registers)
+	workers.Wait()
 	close(u.closed)
 	u.gens.Wait()
 	return nil
@@ -149,6 +162,9 @@ func (u *udpListener) handle(data []byte, src netip.AddrPort) {
 		return
 	}
 	if u.s.txs.full() && u.refuseOverCap(data, src) {
+		return
+	}
+	if bytes.HasPrefix(data, []byte("REGISTER ")) && u.statelessRegister(data, src) {
 		return
 	}
 	u.enqueue(data, src)

@@ -278,10 +278,9 @@ func TestWrongSIPVersionOverTCPAnswered505(t *testing.T) {
 	}
 }
 
-// TestRegisterRetransmissionAfterRelease: once the REGISTER handler returned
-// its request is released (releaseRequest), and a retransmission is still
-// absorbed by the lingering transaction: answered with the same 200,
-// without calling the handler again.
+// TestRegisterRetransmissionAfterRelease: a REGISTER over UDP is answered
+// without a transaction, and a retransmission is absorbed by the cache:
+// answered with the same 200, without calling the handler again.
 func TestRegisterRetransmissionAfterRelease(t *testing.T) {
 	var calls atomic.Int32
 	s, addr := udpServer(t, sipcore.Options{}, func(s *sipcore.Server) {
@@ -307,7 +306,140 @@ func TestRegisterRetransmissionAfterRelease(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Fatalf("handler called %d times, want 1", n)
 	}
-	if n := s.Stats().OpenTransactions; n != 1 {
-		t.Fatalf("OpenTransactions = %d, want the lingering one", n)
+	st := s.Stats()
+	if st.OpenTransactions != 0 || st.CachedRegisters != 1 || st.RegisterRetransmissions != 3 || st.StatelessRegister != 1 {
+		t.Fatalf("OpenTransactions %d CachedRegisters %d RegisterRetransmissions %d StatelessRegister %d, want 0, 1, 3, 1",
+			st.OpenTransactions, st.CachedRegisters, st.RegisterRetransmissions, st.StatelessRegister)
+	}
+}
+
+// TestRegisterRetransmissionWhileHandled: a retransmission that arrives
+// while the handler still works is absorbed (the handler runs once, one
+// answer goes out), and one after the answer gets it; once two lingers
+// passed the cache is empty and the same REGISTER is handled anew.
+func TestRegisterRetransmissionWhileHandled(t *testing.T) {
+	t.Cleanup(sipcore.SetRegisterLinger(time.Second))
+	var calls atomic.Int32
+	release := make(chan struct{})
+	s, addr := udpServer(t, sipcore.Options{}, func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			if calls.Add(1) == 1 {
+				<-release
+			}
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+		})
+	})
+	c := udpClient(t)
+	msg := sipRequest("REGISTER", "SIP/2.0", "slow", local(c), "")
+	if res := send(t, c, addr, msg, 100*time.Millisecond); res != "" {
+		t.Fatalf("answered before the handler: %q", res)
+	}
+	if res := send(t, c, addr, msg, 100*time.Millisecond); res != "" {
+		t.Fatalf("retransmission while handled answered: %q", res)
+	}
+	close(release)
+	first := receive(t, c, addr, 5*time.Second)
+	if statusOf(first) != "SIP/2.0 200 OK" {
+		t.Fatalf("answer %q", first)
+	}
+	if res := receive(t, c, addr, 100*time.Millisecond); res != "" {
+		t.Fatalf("second answer %q", res)
+	}
+	if again := send(t, c, addr, msg, 5*time.Second); again != first {
+		t.Fatalf("retransmission answered\n%s\nnot\n%s", again, first)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler called %d times, want 1", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Stats().CachedRegisters != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d answers still cached", s.Stats().CachedRegisters)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if res := send(t, c, addr, msg, 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" || calls.Load() != 2 {
+		t.Fatalf("after the cache emptied: %q, handler called %d times", statusOf(res), calls.Load())
+	}
+}
+
+// TestRegisterShedWhenBehind: while the REGISTER workers are stuck and
+// their queue is full, a new REGISTER is answered 503 with Retry-After at
+// once rather than queued; the ones queued are answered once the workers
+// go on.
+func TestRegisterShedWhenBehind(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	s, addr := udpServer(t, sipcore.Options{}, func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			calls.Add(1)
+			<-release
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+		})
+	})
+	c := udpClient(t)
+	_ = c.SetReadBuffer(4 << 20)
+	queued := 0
+	for i := 0; ; i++ {
+		if _, err := c.WriteToUDPAddrPort(sipRequest("REGISTER", "SIP/2.0", fmt.Sprintf("behind%d", i), local(c), ""), addr); err != nil {
+			t.Fatal(err)
+		}
+		if res := receive(t, c, addr, time.Millisecond); res != "" {
+			if statusOf(res) != "SIP/2.0 503 Service Unavailable" || !strings.Contains(res, "Retry-After: 10") {
+				t.Fatalf("REGISTER %d while behind: %q", i, res)
+			}
+			break
+		}
+		queued++
+		if queued > 2*sipcore.RegisterBacklog {
+			t.Fatalf("%d REGISTERs queued without a 503", queued)
+		}
+	}
+	if queued < sipcore.RegisterBacklog/2 {
+		t.Fatalf("503 after %d REGISTERs, want about %d", queued, sipcore.RegisterBacklog)
+	}
+	close(release)
+	// On a busy machine a 503 may arrive after the next REGISTER left:
+	// every one sent is answered once, 200 when handled, else 503.
+	ok, refused := 0, 1
+	for {
+		res := statusOf(receive(t, c, addr, 2*time.Second))
+		if res == "SIP/2.0 200 OK" {
+			ok++
+		} else if res == "SIP/2.0 503 Service Unavailable" {
+			refused++
+		} else {
+			break
+		}
+	}
+	if ok+refused != queued+1 || int(calls.Load()) != ok || s.Stats().RefusedOverCap != uint64(refused) {
+		t.Fatalf("%d sent, %d answered 200, %d 503, handler called %d times, RefusedOverCap %d",
+			queued+1, ok, refused, calls.Load(), s.Stats().RefusedOverCap)
+	}
+}
+
+// TestRegisterShedWhenFull: with a cap of 3, a fourth REGISTER while three
+// answers are cached is answered 503 with Retry-After at once, without
+// reaching the handler.
+func TestRegisterShedWhenFull(t *testing.T) {
+	var calls atomic.Int32
+	s, addr := udpServer(t, sipcore.Options{MaxServerTransactions: 3}, func(s *sipcore.Server) {
+		s.Handle(sip.REGISTER, func(req *sip.Request, tx sip.ServerTransaction) {
+			calls.Add(1)
+			_ = tx.Respond(sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil))
+		})
+	})
+	c := udpClient(t)
+	for i := range 3 {
+		if res := send(t, c, addr, sipRequest("REGISTER", "SIP/2.0", fmt.Sprintf("full%d", i), local(c), ""), 5*time.Second); statusOf(res) != "SIP/2.0 200 OK" {
+			t.Fatalf("REGISTER %d: %q", i, statusOf(res))
+		}
+	}
+	res := send(t, c, addr, sipRequest("REGISTER", "SIP/2.0", "full3", local(c), ""), 5*time.Second)
+	if statusOf(res) != "SIP/2.0 503 Service Unavailable" || !strings.Contains(res, "Retry-After: 10") {
+		t.Fatalf("REGISTER past the cap: %q", res)
+	}
+	if st := s.Stats(); calls.Load() != 3 || st.RefusedOverCap != 1 || st.CachedRegisters != 3 {
+		t.Fatalf("handler called %d times, RefusedOverCap %d, CachedRegisters %d", calls.Load(), st.RefusedOverCap, st.CachedRegisters)
 	}
 }

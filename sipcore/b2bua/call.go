@@ -55,6 +55,7 @@ type Call struct {
 
 	endCh    chan string // end requests (hangup, media timeout, remote BYE)
 	endOnce  sync.Once
+	dtmfStop func() // removes the DTMF taps (startDTMF); guarded by mu
 	legCh    chan legEvent
 	forkDone chan struct{} // closed when the fork no longer reads legCh
 	forkOnce sync.Once
@@ -187,24 +188,43 @@ func localOf(req *sip.Request) netip.AddrPort {
 
 // handleInvite runs a new call to its end on the INVITE's goroutine (sipgo
 // terminates the transaction when the handler returns), or relays a
-// re-INVITE.
+// re-INVITE. What precedes the call's run is in admitInvite, so that its
+// large frame is gone while the call is held (see fork).
 func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
+	c, src, transport := m.admitInvite(req, tx)
+	if c == nil {
+		return
+	}
+	defer c.caller.Close()
+	defer m.removeCall(c)
+	m.addDialog(c.caller.ID, dialogRef{call: c})
+	c.run(req, src, transport)
+	c.emitEnded()
+}
+
+// admitInvite answers a request that does not start a call (a re-INVITE,
+// an unsupported extension, a challenge, a refusal) and returns nil;
+// otherwise it returns the new call, added to the Manager, its caller's
+// dialog to be closed by the caller of admitInvite.
+//
+//go:noinline
+func (m *Manager) admitInvite(req *sip.Request, tx sip.ServerTransaction) (*Call, netip.AddrPort, string) {
 	if tags := sipcore.UnsupportedRequire(req); len(tags) > 0 {
 		// RFC 3261 section 8.2.2.3 (and RFC 3262 section 3 for 100rel):
 		// an extension the PBX lacks is refused before anything else.
 		m.log.Debug("invite requires unsupported extensions", "require", tags, "source", req.Source())
 		_ = tx.Respond(tagInitial(req, sipcore.BadExtension(req, tags)))
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	if res := m.tooSmall(req); res != nil {
 		// RFC 4028 section 9: a session interval below the PBX's minimum
 		// is refused with 422 and Min-SE, before anything else.
 		_ = tx.Respond(tagInitial(req, res))
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	if hasToTag(req) {
 		m.handleReInvite(req, tx)
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	src := srcOf(req)
 	var caller Caller
@@ -214,18 +234,18 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 		caller, trusted, rej = m.opts.Identify(req, src)
 		if rej != nil {
 			respond(tx, req, rej.Status, sipcore.Phrase(rej.Status))
-			return
+			return nil, netip.AddrPort{}, ""
 		}
 	}
 	if !trusted {
 		if m.opts.Auth == nil {
 			respond(tx, req, sip.StatusForbidden, "Forbidden")
-			return
+			return nil, netip.AddrPort{}, ""
 		}
 		from := req.From()
 		if from == nil {
 			respond(tx, req, sip.StatusBadRequest, "Bad Request")
-			return
+			return nil, netip.AddrPort{}, ""
 		}
 		realm := registrar.RealmFor(m.opts.Auth.Directory(), from.Address.Host, req.Recipient.Host)
 		res := m.opts.Auth.Check(req, true, realm)
@@ -234,18 +254,18 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 				m.opts.OnAuthFailure(src, realm, res.Username)
 			}
 			_ = tx.Respond(tagInitial(req, m.opts.Auth.Response(req, res, true, realm)))
-			return
+			return nil, netip.AddrPort{}, ""
 		}
 		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {
 			respond(tx, req, sip.StatusForbidden, "Forbidden")
-			return
+			return nil, netip.AddrPort{}, ""
 		}
 		a := res.Account
 		caller = Caller{Kind: KindEndpoint, Tenant: a.Tenant, Username: a.Username, Extension: a.Extension, DisplayName: a.DisplayName}
 	}
 	if req.Contact() == nil || req.From() == nil || req.To() == nil || req.CallID() == nil {
 		respond(tx, req, sip.StatusBadRequest, "Bad Request")
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	hops := 70
 	if mf := req.MaxForwards(); mf != nil {
@@ -254,13 +274,13 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	if hops <= 1 {
 		// A loop (a contact pointing back at the PBX) ends here.
 		respond(tx, req, sip.StatusTooManyHops, "Too Many Hops")
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	transport := strings.ToLower(req.Transport())
 	ep, err := m.sip.EndpointForLocal(transport, localOf(req))
 	if err != nil {
 		respond(tx, req, sip.StatusServiceUnavailable, "Service Unavailable")
-		return
+		return nil, netip.AddrPort{}, ""
 	}
 	dua := &sipgo.DialogUA{Client: ep.Client, ContactHDR: ep.Contact, RewriteContact: rewriteContact(req, transport)}
 	ds, err := dua.ReadInvite(req, tx)
@@ -269,9 +289,8 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	if err != nil {
 		respond(tx, req, sip.StatusBadRequest, "Bad Request")
-		return
+		return nil, netip.AddrPort{}, ""
 	}
-	defer ds.Close()
 
 	now := time.Now()
 	c := &Call{
@@ -293,12 +312,10 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	c.log = m.log.With("call", string(c.id), "sip_call_id", c.info.SIPCallID)
 	if !m.addCall(c) {
 		_ = ds.Respond(sip.StatusServiceUnavailable, "Service Unavailable", nil)
-		return
+		ds.Close()
+		return nil, netip.AddrPort{}, ""
 	}
-	defer m.removeCall(c)
-	m.addDialog(ds.ID, dialogRef{call: c})
-	c.run(req, src, transport)
-	c.emitEnded()
+	return c, src, transport
 }
 
 // rewriteContact: send in-dialog requests to the packet source instead of
@@ -364,6 +381,7 @@ func (c *Call) finishAt(now time.Time, cause calls.Cause, status int, reason str
 		c.mu.Unlock()
 		close(c.done)
 		c.stopTimers()
+		c.stopDTMF()
 		if c.session != nil && !c.mediaKept.Load() {
 			_ = c.session.Close()
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
@@ -125,11 +126,13 @@ func (c *Call) addDigit(d rune, at time.Time, via string) {
 	c.mu.Unlock()
 }
 
-// startDTMF taps both bridged legs for RFC 4733 events and runs the
-// goroutine that records the caller's digits and turns events into INFO
-// toward a far end without telephone-event, until the call ends.
+// startDTMF taps both bridged legs for RFC 4733 events, which record the
+// caller's digits and turn events into INFO toward a far end without
+// telephone-event, until the call ends. A goroutine runs only while digits
+// wait (dtmfWork): a held call without DTMF keeps none (one per call cost
+// about 8 kB of stack).
 func (c *Call) startDTMF(w *outLeg) {
-	ch := make(chan dtmfIn, dtmfQueue)
+	q := &dtmfWork{}
 	tap := func(leg *rtpcore.Leg, fromCaller bool) func() {
 		det := rtpcore.NewDTMFDetector(0)
 		return leg.AddTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
@@ -142,27 +145,77 @@ func (c *Call) startDTMF(w *outLeg) {
 			}
 			det.SetPayloadType(uint8(pt))
 			if d, ok := det.Feed(&p.Header, p.Payload()); ok {
-				select {
-				case ch <- dtmfIn{fromCaller: fromCaller, digit: d, at: p.At}:
-				default:
-				}
+				c.queueDTMF(q, w, dtmfIn{fromCaller: fromCaller, digit: d, at: p.At})
 			}
 		}))
 	}
 	removeCaller := tap(c.callerLeg, true)
 	removeCallee := tap(w.media, false)
+	c.mu.Lock()
+	c.dtmfStop = func() { removeCaller(); removeCallee() }
+	c.mu.Unlock()
+	select {
+	case <-c.done:
+		c.stopDTMF() // the call ended meanwhile; finishAt may have missed it
+	default:
+	}
+}
+
+// stopDTMF removes the taps startDTMF attached (once).
+func (c *Call) stopDTMF() {
+	c.mu.Lock()
+	stop := c.dtmfStop
+	c.dtmfStop = nil
+	c.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// dtmfWork is a call's queue of RFC 4733 digits and whether a goroutine
+// drains it.
+type dtmfWork struct {
+	mu      sync.Mutex
+	queue   []dtmfIn
+	running bool
+}
+
+// queueDTMF queues a digit (dropped past dtmfQueue) and starts the
+// goroutine that handles the queue unless it runs; the goroutine ends when
+// the queue is empty or the call is over.
+func (c *Call) queueDTMF(q *dtmfWork, w *outLeg, in dtmfIn) {
+	q.mu.Lock()
+	if len(q.queue) >= dtmfQueue {
+		q.mu.Unlock()
+		return
+	}
+	q.queue = append(q.queue, in)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if !start {
+		return
+	}
 	c.m.wg.Add(1)
 	go func() {
 		defer c.m.wg.Done()
-		defer removeCaller()
-		defer removeCallee()
 		for {
+			q.mu.Lock()
+			ended := false
 			select {
 			case <-c.done:
-				return
-			case in := <-ch:
-				c.interworkEvent(w, in)
+				ended = true
+			default:
 			}
+			if ended || len(q.queue) == 0 {
+				q.queue, q.running = nil, false
+				q.mu.Unlock()
+				return
+			}
+			in := q.queue[0]
+			q.queue = q.queue[1:]
+			q.mu.Unlock()
+			c.interworkEvent(w, in)
 		}
 	}()
 }

@@ -16,7 +16,36 @@ import (
 // or fails. It returns the failure when every leg failed or the ring timer
 // ran out (the caller is not answered yet: place decides, through
 // Target.Next), nil when the call is over.
+//
+// An answered call waits for its end on the INVITE handler's goroutine,
+// whose stack the runtime shrinks at each collection to a power of two
+// above four times what it uses: the frames parked while the call is held
+// (handleInvite, run, place, fork, waitEnd and sipgo's) are kept small so
+// that it can shrink to 8 kB, the ringing loop with its large frame
+// running in ring, which has returned by then.
 func (c *Call) fork(target *Target) *dialFailure {
+	var legsWG sync.WaitGroup
+	defer legsWG.Wait()
+	defer c.closeFork()
+	w, answerSDP, fail := c.ring(target, &legsWG)
+	if w == nil {
+		return fail
+	}
+	if c.answer(w, answerSDP) {
+		// Wait for the cancelled legs before returning, so the caller
+		// goroutine owns every leg until the end.
+		c.waitEnd()
+	}
+	return nil
+}
+
+// ring starts every leg and waits for one to answer (it returns that leg
+// and its SDP, the other legs cancelled), for all to fail or the ring timer
+// (it returns the failure), or for the call to end before (all nil). Leg
+// goroutines are counted in legsWG.
+//
+//go:noinline
+func (c *Call) ring(target *Target, legsWG *sync.WaitGroup) (*outLeg, *sdp.Description, *dialFailure) {
 	ringTimeout := target.RingTimeout
 	if ringTimeout <= 0 {
 		ringTimeout = c.m.opts.RingTimeout
@@ -24,9 +53,6 @@ func (c *Call) fork(target *Target) *dialFailure {
 	c.mu.Lock()
 	c.target = target
 	c.mu.Unlock()
-	var legsWG sync.WaitGroup
-	defer legsWG.Wait()
-	defer c.closeFork()
 	var startFailures []int
 	c.mu.Lock()
 	first := len(c.legs) // legs of an earlier dial (Target.Next) keep their numbers
@@ -103,12 +129,7 @@ func (c *Call) fork(target *Target) *dialFailure {
 			case legAnswered:
 				c.closeFork()
 				cancelAll(ev.leg)
-				if c.answer(ev.leg, ev.sdp) {
-					// Wait for the cancelled legs before returning, so the
-					// caller goroutine owns every leg until the end.
-					c.waitEnd()
-				}
-				return nil
+				return ev.leg, ev.sdp, nil
 			case legFailed:
 				pending--
 				finals = append(finals, ev.status)
@@ -116,22 +137,22 @@ func (c *Call) fork(target *Target) *dialFailure {
 		case <-ring.C:
 			c.closeFork()
 			cancelAll(nil)
-			return c.dialFailed(target, Failure{Cause: calls.CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "ring timeout")
+			return nil, nil, c.dialFailed(target, Failure{Cause: calls.CauseNoAnswer, Status: sip.StatusTemporarilyUnavailable}, "ring timeout")
 		case <-c.caller.Context().Done():
 			c.closeFork()
 			cancelAll(nil)
 			c.finish(calls.CauseCancelled, sip.StatusRequestTerminated, "caller cancelled")
-			return nil
+			return nil, nil, nil
 		case why := <-c.endCh:
 			c.closeFork()
 			cancelAll(nil)
 			c.fail(sip.StatusTemporarilyUnavailable, calls.CauseCancelled, why)
-			return nil
+			return nil, nil, nil
 		}
 	}
 	c.closeFork()
 	status, cause := bestFailure(finals)
-	return c.dialFailed(target, Failure{Cause: cause, Status: status}, "no leg answered")
+	return nil, nil, c.dialFailed(target, Failure{Cause: cause, Status: status}, "no leg answered")
 }
 
 // bestFailure picks the caller's final answer when every leg failed.
@@ -255,22 +276,37 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 }
 
 // waitEnd waits for either side to hang up (or Hangup, media timeout,
-// shutdown) and tears the call down.
+// shutdown) and tears the call down. Its frame stays small (see fork).
 func (c *Call) waitEnd() {
-	var reason string
-	select {
-	case reason = <-c.endCh:
-	case <-c.caller.Context().Done():
-		reason = "caller hung up"
-	case <-c.winnerDone():
-		reason = "callee hung up"
-	case job := <-c.transferJobs:
-		// A REFER (transfer.go): the call goes on if it failed.
-		if !c.runTransfer(job) {
-			c.waitEnd()
+	for {
+		var reason string
+		select {
+		case reason = <-c.endCh:
+		case <-c.caller.Context().Done():
+			reason = "caller hung up"
+		case <-c.winnerDone():
+			reason = "callee hung up"
+		case job := <-c.transferJobs:
+			// A REFER (transfer.go): the call goes on if it failed.
+			if c.transfer(job) {
+				return
+			}
+			continue
 		}
+		c.tearDown(reason)
 		return
 	}
+}
+
+// transfer runs a REFER's job and reports whether the call is over.
+//
+//go:noinline
+func (c *Call) transfer(job transferJob) bool { return c.runTransfer(job) }
+
+// tearDown hangs up whichever side is still up and finishes the call.
+//
+//go:noinline
+func (c *Call) tearDown(reason string) {
 	c.mu.Lock()
 	byCaller, byLeg := c.byeCaller, c.byeBy
 	c.mu.Unlock()

@@ -7,9 +7,12 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -158,10 +161,10 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkUDPRegisterRetainedHeap measures the live heap each completed
-// REGISTER transaction keeps while it lingers in Completed (Timer J) to
-// absorb retransmissions: 5,000 REGISTERs, then a collection, all before any
-// of them ends.
+// BenchmarkUDPRegisterRetainedHeap measures the live heap each answered
+// REGISTER keeps while it lingers to absorb retransmissions (a completed
+// sipgo transaction in Timer J before, a cached answer now): 5,000
+// REGISTERs, then a collection, all before any of them ends.
 func BenchmarkUDPRegisterRetainedHeap(b *testing.B) {
 	const n = 5000
 	for range b.N {
@@ -174,9 +177,9 @@ func BenchmarkUDPRegisterRetainedHeap(b *testing.B) {
 		// Warm the bindings so the second round only refreshes them.
 		sendRegisters(b, clients, benchAccounts, "warm")
 		deadline := time.Now().Add(30 * time.Second)
-		for e.srv.Stats().OpenTransactions > 0 {
+		for st := e.srv.Stats(); st.OpenTransactions+st.CachedRegisters > 0; st = e.srv.Stats() {
 			if time.Now().After(deadline) {
-				b.Fatalf("%d transactions still open", e.srv.Stats().OpenTransactions)
+				b.Fatalf("%d transactions still open, %d answers cached", st.OpenTransactions, st.CachedRegisters)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -184,7 +187,8 @@ func BenchmarkUDPRegisterRetainedHeap(b *testing.B) {
 		start := time.Now()
 		sendRegisters(b, clients, n, "mem")
 		after := heapAlloc()
-		if open := e.srv.Stats().OpenTransactions; open < n/2 {
+		if st := e.srv.Stats(); st.OpenTransactions+st.CachedRegisters < n/2 {
+			open := st.OpenTransactions + st.CachedRegisters
 			b.Fatalf("only %d transactions open after %s: measure while they linger", open, time.Since(start))
 		}
 		if path := os.Getenv("PBX_LINGER_HEAP_PROFILE"); path != "" {
@@ -214,4 +218,156 @@ func heapAlloc() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkUDPRegisterMemoryReturn drives a bounded burst of authenticated
+// REGISTERs (PBX_RETURN_REGISTERS, default 60,000, from 16 senders) through
+// the SIP core and the registrar, then watches the process's resident size
+// (VmRSS) for 30 s: it reports the idle size before the burst, the peak
+// during it, the size 30 s after it ended and how long it took to come back
+// within 20% of idle (-1: not within 30 s). The senders run in the same
+// process; their share is small and the same on every run.
+//
+//	go test -run '^$' -bench UDPRegisterMemoryReturn -benchtime 1x ./sipcore/registrar/
+func BenchmarkUDPRegisterMemoryReturn(b *testing.B) {
+	n := 60000
+	if v, err := strconv.Atoi(os.Getenv("PBX_RETURN_REGISTERS")); err == nil && v > 0 {
+		n = v
+	}
+	for range b.N {
+		b.StopTimer()
+		e := registerEnv(b)
+		clients := make([]*udpRegisterClient, 16)
+		for i := range clients {
+			clients[i] = newUDPRegisterClient(b, e.udp)
+		}
+		sendRegisters(b, clients, benchAccounts, "warm")
+		waitNoTransactions(b, e)
+		idle := vmRSS(b)
+		peak := idle
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					peak = max(peak, vmRSS(b))
+				}
+			}
+		}()
+		start := time.Now()
+		streamRegisters(b, clients, n, fmt.Sprintf("load%d", time.Now().UnixNano()))
+		loaded := time.Since(start)
+		close(stop)
+		<-sampled
+		peak = max(peak, vmRSS(b))
+		end := time.Now()
+		back := time.Duration(-1)
+		var rss uint64
+		for time.Since(end) < 30*time.Second {
+			time.Sleep(250 * time.Millisecond)
+			rss = vmRSS(b)
+			if back < 0 && float64(rss) <= 1.2*float64(idle) {
+				back = time.Since(end)
+			}
+		}
+		if path := os.Getenv("PBX_RETURN_HEAP_PROFILE"); path != "" {
+			writeHeapProfile(b, path)
+			b.Logf("runtime after: %s", runtimeMemory())
+		}
+		const mb = 1 << 20
+		b.ReportMetric(float64(n)/loaded.Seconds(), "registers/s")
+		b.ReportMetric(float64(idle)/mb, "rss_idle_MB")
+		b.ReportMetric(float64(peak)/mb, "rss_peak_MB")
+		b.ReportMetric(float64(rss)/mb, "rss_30s_MB")
+		b.ReportMetric(back.Seconds(), "back_within_20%_s")
+		b.Logf("%d REGISTERs in %s: RSS idle %d MB, peak %d MB, %d MB 30 s after; within 20%% of idle after %s",
+			n, loaded.Round(time.Millisecond), idle/mb, peak/mb, rss/mb, back)
+	}
+}
+
+// streamRegisters has clients send n authenticated REGISTERs between them,
+// one outstanding each, built as they go (a prebuilt burst would weigh on
+// the resident size measured).
+func streamRegisters(b *testing.B, clients []*udpRegisterClient, n int, tag string) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for k, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k; ; i += len(clients) {
+				if next.Add(1) > int64(n) {
+					return
+				}
+				c.nc++
+				msg := c.message(fmt.Sprintf("u%d", i%benchAccounts), c.nc, fmt.Sprintf("%s-%d", tag, i), c.nonce)
+				if res := c.roundTrip(b, msg); !strings.HasPrefix(res, "SIP/2.0 200 ") {
+					b.Errorf("answer: %.80s", res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// runtimeMemory summarises what the Go runtime holds, for a log line.
+func runtimeMemory() string {
+	names := []string{
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/stacks:bytes",
+		"/memory/classes/os-stacks:bytes",
+		"/memory/classes/metadata/other:bytes",
+		"/memory/classes/total:bytes",
+		"/sched/goroutines:goroutines",
+	}
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	var out strings.Builder
+	for _, m := range s {
+		fmt.Fprintf(&out, "%s=%d ", m.Name, m.Value.Uint64())
+	}
+	return out.String()
+}
+
+// waitNoTransactions waits until every server transaction has ended.
+func waitNoTransactions(b *testing.B, e *env) {
+	deadline := time.Now().Add(30 * time.Second)
+	for st := e.srv.Stats(); st.OpenTransactions+st.CachedRegisters > 0; st = e.srv.Stats() {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d transactions still open, %d answers cached", st.OpenTransactions, st.CachedRegisters)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// vmRSS is the process's resident set size in bytes (/proc/self/status).
+func vmRSS(b *testing.B) uint64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS")
+	return 0
 }
