@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
@@ -40,7 +41,8 @@ const (
 	dtmfPacketInterval = 20 * time.Millisecond
 	// dtmfClockRate is telephone-event's clock in the PBX's offers.
 	dtmfClockRate = 8000
-	// dtmfQueue bounds the digits waiting for the interworking goroutine.
+	// dtmfQueue bounds the digits waiting for the interworking goroutine
+	// (relayDigits).
 	dtmfQueue = 32
 )
 
@@ -125,16 +127,22 @@ func (c *Call) addDigit(d rune, at time.Time, via string) {
 	c.mu.Unlock()
 }
 
-// startDTMF taps both bridged legs for RFC 4733 events and runs the
-// goroutine that records the caller's digits and turns events into INFO
-// toward a far end without telephone-event, until the call ends.
+// startDTMF taps both bridged legs for RFC 4733 events: the caller's
+// digits are recorded, and events toward a far end without
+// telephone-event become INFO. Most calls carry no digit, so no goroutine
+// waits for one: the first digit starts one (relayDigits), which ends when
+// the queue is empty. The taps detach themselves at the first packet after
+// the call ended (the legs may outlive it: a transfer keeps them).
 func (c *Call) startDTMF(w *outLeg) {
-	ch := make(chan dtmfIn, dtmfQueue)
-	tap := func(leg *rtpcore.Leg, fromCaller bool) func() {
+	r := &dtmfRelay{}
+	tap := func(leg *rtpcore.Leg, fromCaller bool) {
 		det := rtpcore.NewDTMFDetector(0)
-		return leg.AddTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
-			if p.Dir != rtpcore.In {
+		r.keep(leg.AddInTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
+			select {
+			case <-c.done:
+				r.detach()
 				return
+			default:
 			}
 			pt := leg.TelephoneEventPT()
 			if pt < 0 {
@@ -142,29 +150,104 @@ func (c *Call) startDTMF(w *outLeg) {
 			}
 			det.SetPayloadType(uint8(pt))
 			if d, ok := det.Feed(&p.Header, p.Payload()); ok {
-				select {
-				case ch <- dtmfIn{fromCaller: fromCaller, digit: d, at: p.At}:
-				default:
-				}
+				c.queueDigit(w, r, dtmfIn{fromCaller: fromCaller, digit: d, at: p.At})
 			}
-		}))
+		})))
 	}
-	removeCaller := tap(c.callerLeg, true)
-	removeCallee := tap(w.media, false)
-	c.m.wg.Add(1)
-	go func() {
-		defer c.m.wg.Done()
-		defer removeCaller()
-		defer removeCallee()
-		for {
-			select {
-			case <-c.done:
-				return
-			case in := <-ch:
-				c.interworkEvent(w, in)
-			}
+	tap(c.callerLeg, true)
+	tap(w.media, false)
+}
+
+// dtmfRelay holds the digits a call's taps saw until relayDigits handles
+// them, and the functions that detach the taps.
+type dtmfRelay struct {
+	mu       sync.Mutex
+	q        []dtmfIn
+	running  bool // a relayDigits goroutine is on the queue
+	detached bool
+	remove   []func()
+}
+
+// keep holds rm to detach a tap, or detaches it now if the taps were.
+func (r *dtmfRelay) keep(rm func()) {
+	r.mu.Lock()
+	if !r.detached {
+		r.remove = append(r.remove, rm)
+		rm = nil
+	}
+	r.mu.Unlock()
+	if rm != nil {
+		rm()
+	}
+}
+
+// detach removes the taps and drops the queued digits.
+func (r *dtmfRelay) detach() {
+	r.mu.Lock()
+	rs := r.remove
+	r.remove, r.q, r.detached = nil, nil, true
+	r.mu.Unlock()
+	for _, rm := range rs {
+		rm()
+	}
+}
+
+// queueDigit queues in for relayDigits, starting it when none runs; past
+// dtmfQueue waiting digits one is dropped.
+func (c *Call) queueDigit(w *outLeg, r *dtmfRelay, in dtmfIn) {
+	r.mu.Lock()
+	if r.detached || len(r.q) >= dtmfQueue {
+		r.mu.Unlock()
+		return
+	}
+	r.q = append(r.q, in)
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if !start {
+		return
+	}
+	if !c.m.holdLive(c) {
+		r.detach()
+		return
+	}
+	go c.relayDigits(w, r)
+}
+
+// holdLive counts one more goroutine of call c in what Close waits for,
+// if c is still live (its own count then keeps the WaitGroup above zero).
+func (m *Manager) holdLive(c *Call) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls[c.id] != c {
+		return false
+	}
+	m.wg.Add(1)
+	return true
+}
+
+// relayDigits handles the queued digits in order until none is left or
+// the call ends.
+func (c *Call) relayDigits(w *outLeg, r *dtmfRelay) {
+	defer c.m.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			r.detach()
+			return
+		default:
 		}
-	}()
+		r.mu.Lock()
+		if len(r.q) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		in := r.q[0]
+		r.q = r.q[1:]
+		r.mu.Unlock()
+		c.interworkEvent(w, in)
+	}
 }
 
 // interworkEvent handles an RFC 4733 digit: the caller's is recorded; it
