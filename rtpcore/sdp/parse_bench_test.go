@@ -1,6 +1,7 @@
 package sdp
 
 import (
+	"net/netip"
 	"testing"
 )
 
@@ -51,5 +52,27 @@ func TestParseAttributesPerStream(t *testing.T) {
 	}
 	if v := d.Media[0].Codecs; len(v) != 1 || v[0].Name != "H264" || v[0].Fmtp != "profile-level-id=42e01f" {
 		t.Fatalf("video codecs %+v", v)
+	}
+}
+
+// BenchmarkOfferAnswer builds the PBX's offer and its answer to a phone's
+// offer, as every anchored call does for each leg; the allocations are
+// those of the two bodies returned.
+func BenchmarkOfferAnswer(b *testing.B) {
+	offer, err := Parse(phoneOffer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := netip.MustParseAddr("192.0.2.1")
+	codecs := []Codec{{Name: "PCMA", PayloadType: 8, ClockRate: 8000}, {Name: "PCMU", PayloadType: 0, ClockRate: 8000}}
+	var o Origin
+	b.ReportAllocs()
+	for b.Loop() {
+		if body := o.Offer(addr, 40000, codecs, ""); len(body) == 0 {
+			b.Fatal("empty offer")
+		}
+		if _, _, err := o.Answer(offer, addr, 40002, codecs, ""); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
