@@ -169,14 +169,18 @@ func respond(tx sip.ServerTransaction, req *sip.Request, code int, reason string
 	_ = tx.Respond(sip.NewResponseFromRequest(req, code, reason, nil))
 }
 
+// challengeAckWait bounds awaitAck: RFC 3261's default T1, by when the
+// challenge is retransmitted.
+const challengeAckWait = 500 * time.Millisecond
+
 // awaitAck waits, on the handler's goroutine, for the ACK of the non-2xx
 // final response just sent on tx, up to T1 (or tx's end). The transaction
 // hands that ACK to a reader of Acks and, with none, parks a goroutine on
 // it until Timer I (5 s on UDP): with every call challenged, thousands of
 // goroutines for the collector to scan. An ACK later than T1 (the 407 is
 // then being retransmitted) still gets one.
-func (m *Manager) awaitAck(tx sip.ServerTransaction) {
-	t := time.NewTimer(m.t1)
+func awaitAck(tx sip.ServerTransaction) {
+	t := time.NewTimer(challengeAckWait)
 	defer t.Stop()
 	select {
 	case <-tx.Acks():
@@ -250,7 +254,7 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 				m.opts.OnAuthFailure(src, realm, res.Username)
 			}
 			_ = tx.Respond(tagInitial(req, m.opts.Auth.Response(req, res, true, realm)))
-			m.awaitAck(tx)
+			awaitAck(tx)
 			return
 		}
 		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {
