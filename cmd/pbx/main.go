@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -78,9 +79,16 @@ leaves the running one in place).`,
 			if err := lv.UnmarshalText([]byte(level)); err != nil {
 				return fmt.Errorf("--log-level: %w", err)
 			}
+			// Records are coalesced into few writes to stderr (a few
+			// lines per call are one system call per batch under load);
+			// stderr is the Coalescer from here on, so nothing overtakes
+			// a queued record.
+			out := logging.NewCoalescer(os.Stderr, 0, 0)
+			defer out.Flush()
+			stderr = out
 			// Floods (malformed input, unknown methods, failed
 			// authentication) are rate-limited per kind and in all.
-			limited := logging.NewRateLimit(logging.New(os.Stderr, lv).Handler(), logging.DefaultLimits)
+			limited := logging.NewRateLimit(logging.NewFormat(out, lv, logging.Detect(os.Stderr)).Handler(), logging.DefaultLimits)
 			defer limited.Flush(context.Background())
 			log := slog.New(limited)
 			slog.SetDefault(log)
@@ -93,6 +101,10 @@ leaves the running one in place).`,
 	return cmd
 }
 
+// stderr is where run writes what is not a log record: the log's
+// Coalescer once run's command has made it.
+var stderr io.Writer = os.Stderr
+
 func run(parent context.Context, dir string, drain time.Duration, log *slog.Logger) error {
 	cfg, rep, err := config.Load(dir, config.Options{})
 	if err != nil {
@@ -102,8 +114,8 @@ func run(parent context.Context, dir string, drain time.Duration, log *slog.Logg
 		log.Warn("configuration: " + w.String())
 	}
 	if !rep.OK() {
-		_ = rep.WriteText(os.Stderr)
-		fmt.Fprintf(os.Stderr, "pbx: refusing to start: %d configuration problem(s)\n", len(rep.Problems))
+		_ = rep.WriteText(stderr)
+		fmt.Fprintf(stderr, "pbx: refusing to start: %d configuration problem(s)\n", len(rep.Problems))
 		return exitError{1}
 	}
 	app, err := appliance.New(cfg, appliance.Options{ConfigDir: dir, DrainTimeout: drain}, log)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/binary"
-	"fmt"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -68,7 +67,8 @@ type Params struct {
 // Build renders p. The o= version rises when the rendered content differs
 // from the last build of this Origin.
 func (o *Origin) Build(p Params) []byte {
-	var body bytes.Buffer
+	var scratch [512]byte // a body rarely needs more: no allocation
+	body := scratch[:0]
 	ipv := "IP4"
 	if p.Addr.Is6() && !p.Addr.Is4In6() {
 		ipv = "IP6"
@@ -77,26 +77,33 @@ func (o *Origin) Build(p Params) []byte {
 	if !addr.IsValid() {
 		addr = netip.IPv4Unspecified()
 	}
-	fmt.Fprintf(&body, "s=pbx\r\nc=IN %s %s\r\nt=0 0\r\n", ipv, addr)
+	body = append(body, "s=pbx\r\nc=IN "...)
+	body = append(body, ipv...)
+	body = append(body, ' ')
+	body = addr.AppendTo(body)
+	body = append(body, "\r\nt=0 0\r\n"...)
 	audioDone := false
 	for _, m := range p.Mirror {
 		if m.Type == "audio" && !audioDone {
-			writeAudio(&body, p)
+			body = appendAudio(body, p)
 			audioDone = true
 			continue
 		}
-		fmts := m.Formats
-		if len(fmts) == 0 {
-			fmts = []string{"0"}
+		body = append(body, "m="...)
+		body = append(body, m.Type...)
+		body = append(body, " 0 "...)
+		body = append(body, m.Proto...)
+		if len(m.Formats) == 0 {
+			body = append(body, " 0"...)
 		}
-		body.WriteString("m=" + m.Type + " 0 " + m.Proto)
-		for _, f := range fmts {
-			body.WriteString(" " + f)
+		for _, f := range m.Formats {
+			body = append(body, ' ')
+			body = append(body, f...)
 		}
-		body.WriteString("\r\n")
+		body = append(body, "\r\n"...)
 	}
 	if !audioDone {
-		writeAudio(&body, p)
+		body = appendAudio(body, p)
 	}
 
 	o.mu.Lock()
@@ -104,10 +111,10 @@ func (o *Origin) Build(p Params) []byte {
 		fresh := NewOrigin()
 		o.id, o.version = fresh.id, fresh.version
 	}
-	if o.last != nil && !bytes.Equal(o.last, body.Bytes()) {
+	if o.last != nil && !bytes.Equal(o.last, body) {
 		o.version++
 	}
-	o.last = append(o.last[:0], body.Bytes()...)
+	o.last = append(o.last[:0], body...)
 	id, ver := o.id, o.version
 	o.mu.Unlock()
 
@@ -115,61 +122,88 @@ func (o *Origin) Build(p Params) []byte {
 	if user == "" {
 		user = "pbx"
 	}
-	out := make([]byte, 0, body.Len()+96)
+	out := make([]byte, 0, len(body)+96)
 	out = append(out, "v=0\r\no="...)
 	out = append(out, user...)
 	out = append(out, ' ')
 	out = strconv.AppendUint(out, id, 10)
 	out = append(out, ' ')
 	out = strconv.AppendUint(out, ver, 10)
-	out = append(out, " IN "+ipv+" "+addr.String()+"\r\n"...)
-	return append(out, body.Bytes()...)
+	out = append(out, " IN "...)
+	out = append(out, ipv...)
+	out = append(out, ' ')
+	out = addr.AppendTo(out)
+	out = append(out, "\r\n"...)
+	return append(out, body...)
 }
 
-func writeAudio(b *bytes.Buffer, p Params) {
-	fmt.Fprintf(b, "m=audio %d RTP/AVP", p.Port)
+// appendAudio appends the audio m= section p describes.
+func appendAudio(b []byte, p Params) []byte {
+	b = append(b, "m=audio "...)
+	b = strconv.AppendInt(b, int64(p.Port), 10)
+	b = append(b, " RTP/AVP"...)
 	for _, c := range p.Codecs {
-		fmt.Fprintf(b, " %d", c.PayloadType)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(c.PayloadType), 10)
 	}
 	if p.TelephoneEvent != nil {
-		fmt.Fprintf(b, " %d", p.TelephoneEvent.PayloadType)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(p.TelephoneEvent.PayloadType), 10)
 	}
 	if len(p.Codecs) == 0 && p.TelephoneEvent == nil {
 		// An m= line needs a format even when it carries nothing usable;
 		// an unmapped dynamic type names no codec.
-		b.WriteString(" 96")
+		b = append(b, " 96"...)
 	}
-	b.WriteString("\r\n")
+	b = append(b, "\r\n"...)
 	for _, c := range p.Codecs {
-		writeRtpmap(b, c)
+		b = appendRtpmap(b, c)
 	}
 	if te := p.TelephoneEvent; te != nil {
-		writeRtpmap(b, *te)
+		b = appendRtpmap(b, *te)
 	}
 	ptime := p.Ptime
 	if ptime <= 0 {
 		ptime = DefaultPtime
 	}
-	fmt.Fprintf(b, "a=ptime:%d\r\n", ptime)
+	b = append(b, "a=ptime:"...)
+	b = strconv.AppendInt(b, int64(ptime), 10)
+	b = append(b, "\r\n"...)
 	if p.RTCP && p.Port > 0 && p.Port < 65535 {
-		fmt.Fprintf(b, "a=rtcp:%d\r\n", p.Port+1)
+		b = append(b, "a=rtcp:"...)
+		b = strconv.AppendInt(b, int64(p.Port+1), 10)
+		b = append(b, "\r\n"...)
 	}
 	dir := p.Direction
 	if dir == "" {
 		dir = SendRecv
 	}
-	b.WriteString("a=" + string(dir) + "\r\n")
+	b = append(b, "a="...)
+	b = append(b, dir...)
+	return append(b, "\r\n"...)
 }
 
-func writeRtpmap(b *bytes.Buffer, c Codec) {
-	fmt.Fprintf(b, "a=rtpmap:%d %s/%d", c.PayloadType, c.Name, c.ClockRate)
+// appendRtpmap appends c's a=rtpmap line and its a=fmtp line if any.
+func appendRtpmap(b []byte, c Codec) []byte {
+	b = append(b, "a=rtpmap:"...)
+	b = strconv.AppendUint(b, uint64(c.PayloadType), 10)
+	b = append(b, ' ')
+	b = append(b, c.Name...)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(c.ClockRate), 10)
 	if c.Channels > 1 {
-		fmt.Fprintf(b, "/%d", c.Channels)
+		b = append(b, '/')
+		b = strconv.AppendInt(b, int64(c.Channels), 10)
 	}
-	b.WriteString("\r\n")
+	b = append(b, "\r\n"...)
 	if c.Fmtp != "" {
-		fmt.Fprintf(b, "a=fmtp:%d %s\r\n", c.PayloadType, c.Fmtp)
+		b = append(b, "a=fmtp:"...)
+		b = strconv.AppendUint(b, uint64(c.PayloadType), 10)
+		b = append(b, ' ')
+		b = append(b, c.Fmtp...)
+		b = append(b, "\r\n"...)
 	}
+	return b
 }
 
 // Offer builds the PBX's offer: codecs in the given order (the configured

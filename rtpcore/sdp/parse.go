@@ -126,10 +126,16 @@ func Parse(body []byte) (*Description, error) {
 	d := &Description{AudioIndex: -1}
 	haveV := false
 	var cur *Media
-	// Per-media payload maps; filled while the section is open.
-	maps := map[int]map[uint8]Codec{}
-	fmtps := map[int]map[uint8]string{}
-	for n, line := range strings.Split(string(body), "\n") {
+	// Per-media rtpmap and fmtp attributes, filled while the section is
+	// open; a few per body, so slices (on the stack) searched from the end,
+	// the last attribute for a payload type winning, instead of maps.
+	var rtpmapBuf [8]rtpmapAttr
+	var fmtpBuf [4]fmtpAttr
+	rtpmaps, fmtps := rtpmapBuf[:0], fmtpBuf[:0]
+	text := string(body)
+	for n := 0; text != ""; n++ {
+		var line string
+		line, text, _ = strings.Cut(text, "\n")
 		line = strings.TrimRight(line, "\r")
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -189,20 +195,14 @@ func Parse(body []byte) (*Description, error) {
 				if !ok {
 					continue // ignore a malformed rtpmap, as most stacks do
 				}
-				if maps[idx] == nil {
-					maps[idx] = map[uint8]Codec{}
-				}
-				maps[idx][pt] = c
+				rtpmaps = append(rtpmaps, rtpmapAttr{media: idx, pt: pt, codec: c})
 			case "fmtp":
 				ptS, params, _ := strings.Cut(arg, " ")
 				pt, err := strconv.ParseUint(ptS, 10, 7)
 				if err != nil {
 					continue
 				}
-				if fmtps[idx] == nil {
-					fmtps[idx] = map[uint8]string{}
-				}
-				fmtps[idx][uint8(pt)] = strings.TrimSpace(params)
+				fmtps = append(fmtps, fmtpAttr{media: idx, pt: uint8(pt), params: strings.TrimSpace(params)})
 			case "ptime":
 				if p, err := strconv.Atoi(strings.TrimSpace(arg)); err == nil && p > 0 && p <= 1000 {
 					cur.Ptime = p
@@ -228,7 +228,7 @@ func Parse(body []byte) (*Description, error) {
 				continue // not an RTP payload type (another protocol)
 			}
 			pt := uint8(pt64)
-			c, ok := maps[i][pt]
+			c, ok := findRtpmap(rtpmaps, i, pt)
 			if !ok {
 				c, ok = staticCodec(pt)
 				if !ok {
@@ -236,7 +236,7 @@ func Parse(body []byte) (*Description, error) {
 				}
 			}
 			c.PayloadType = pt
-			c.Fmtp = fmtps[i][pt]
+			c.Fmtp = findFmtp(fmtps, i, pt)
 			if c.IsTelephoneEvent() {
 				if m.TelephoneEvent == nil && c.ClockRate == 8000 {
 					te := c
@@ -274,6 +274,41 @@ func Parse(body []byte) (*Description, error) {
 	d.Ptime = a.Ptime
 	d.RTCPPort = a.RTCPPort
 	return d, nil
+}
+
+// rtpmapAttr is an a=rtpmap of stream media.
+type rtpmapAttr struct {
+	media int
+	pt    uint8
+	codec Codec
+}
+
+// fmtpAttr is an a=fmtp of stream media.
+type fmtpAttr struct {
+	media  int
+	pt     uint8
+	params string
+}
+
+// findRtpmap is the last rtpmap of stream media for payload type pt.
+func findRtpmap(as []rtpmapAttr, media int, pt uint8) (Codec, bool) {
+	for i := len(as) - 1; i >= 0; i-- {
+		if as[i].media == media && as[i].pt == pt {
+			return as[i].codec, true
+		}
+	}
+	return Codec{}, false
+}
+
+// findFmtp is the last fmtp of stream media for payload type pt ("" when
+// none).
+func findFmtp(as []fmtpAttr, media int, pt uint8) string {
+	for i := len(as) - 1; i >= 0; i-- {
+		if as[i].media == media && as[i].pt == pt {
+			return as[i].params
+		}
+	}
+	return ""
 }
 
 // parseConnection parses "IN IP4 192.0.2.1" (a multicast /ttl suffix is
@@ -315,17 +350,21 @@ func parseRtpmap(arg string) (uint8, Codec, bool) {
 	if err != nil {
 		return 0, Codec{}, false
 	}
-	parts := strings.Split(strings.TrimSpace(enc), "/")
-	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || strings.ContainsAny(parts[0], " \t") {
+	// name/rate or name/rate/channels, cut without allocating.
+	enc = strings.TrimSpace(enc)
+	slashes := strings.Count(enc, "/")
+	name, rest, _ := strings.Cut(enc, "/")
+	rateS, chS, _ := strings.Cut(rest, "/")
+	if slashes < 1 || slashes > 2 || name == "" || strings.ContainsAny(name, " \t") {
 		return 0, Codec{}, false
 	}
-	rate, err := strconv.ParseUint(parts[1], 10, 32)
+	rate, err := strconv.ParseUint(rateS, 10, 32)
 	if err != nil || rate == 0 {
 		return 0, Codec{}, false
 	}
-	c := Codec{Name: parts[0], PayloadType: uint8(pt), ClockRate: uint32(rate)}
-	if len(parts) == 3 {
-		ch, err := strconv.Atoi(parts[2])
+	c := Codec{Name: name, PayloadType: uint8(pt), ClockRate: uint32(rate)}
+	if slashes == 2 {
+		ch, err := strconv.Atoi(chS)
 		if err != nil || ch < 1 || ch > 255 {
 			return 0, Codec{}, false
 		}

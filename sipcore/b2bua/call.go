@@ -170,6 +170,26 @@ func respond(tx sip.ServerTransaction, req *sip.Request, code int, reason string
 	_ = tx.Respond(sip.NewResponseFromRequest(req, code, reason, nil))
 }
 
+// challengeAckWait bounds awaitAck: RFC 3261's default T1, by when the
+// challenge is retransmitted.
+const challengeAckWait = 500 * time.Millisecond
+
+// awaitAck waits, on the handler's goroutine, for the ACK of the non-2xx
+// final response just sent on tx, up to T1 (or tx's end). The transaction
+// hands that ACK to a reader of Acks and, with none, parks a goroutine on
+// it until Timer I (5 s on UDP): with every call challenged, thousands of
+// goroutines for the collector to scan. An ACK later than T1 (the 407 is
+// then being retransmitted) still gets one.
+func awaitAck(tx sip.ServerTransaction) {
+	t := time.NewTimer(challengeAckWait)
+	defer t.Stop()
+	select {
+	case <-tx.Acks():
+	case <-tx.Done():
+	case <-t.C:
+	}
+}
+
 func srcOf(req *sip.Request) netip.AddrPort {
 	ap, _ := netip.ParseAddrPort(req.Source())
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
@@ -254,6 +274,7 @@ func (m *Manager) admitInvite(req *sip.Request, tx sip.ServerTransaction) (*Call
 				m.opts.OnAuthFailure(src, realm, res.Username)
 			}
 			_ = tx.Respond(tagInitial(req, m.opts.Auth.Response(req, res, true, realm)))
+			awaitAck(tx)
 			return nil, netip.AddrPort{}, ""
 		}
 		if m.opts.OnAuthSuccess != nil && !m.opts.OnAuthSuccess(src, realm, res.Username) {

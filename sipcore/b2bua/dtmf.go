@@ -135,10 +135,7 @@ func (c *Call) startDTMF(w *outLeg) {
 	q := &dtmfWork{}
 	tap := func(leg *rtpcore.Leg, fromCaller bool) func() {
 		det := rtpcore.NewDTMFDetector(0)
-		return leg.AddTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
-			if p.Dir != rtpcore.In {
-				return
-			}
+		return leg.AddInTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
 			pt := leg.TelephoneEventPT()
 			if pt < 0 {
 				return

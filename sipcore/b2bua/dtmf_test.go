@@ -220,3 +220,48 @@ func TestParseDTMFInfo(t *testing.T) {
 		}
 	}
 }
+
+// TestRFC4733DigitsInOrder: digits the caller sends one after another are
+// each turned into an INFO and recorded, in order, whether the goroutine
+// that relays them is still on the queue or has to start again.
+func TestRFC4733DigitsInOrder(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	bob.SetNoTelephoneEvent(true)
+	call, in := answered(t, alice, bob, "102")
+
+	send := func(code uint8) {
+		t.Helper()
+		ev := func(end bool, d uint16) []byte {
+			return rtpcore.DTMFEvent{Event: code, Volume: 10, End: end, Duration: d}.Append(nil)
+		}
+		if err := call.Media().SendEvent(101, ev(false, 160), ev(true, 320), ev(true, 320)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info := func(want string) {
+		t.Helper()
+		select {
+		case b := <-in.Infos():
+			if string(b) != "Signal="+want+"\r\nDuration=160\r\n" {
+				t.Fatalf("INFO %q, want digit %s", b, want)
+			}
+		case <-time.After(wait):
+			t.Fatalf("no INFO for digit %s", want)
+		}
+	}
+	send(3)
+	info("3") // the relaying goroutine has handled its queue by now
+	send(9)
+	send(5) // queued behind 9, or starting the goroutine again
+	info("9")
+	info("5")
+	if err := call.Hangup(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	ds := e.rec.ended(t).Call.Digits
+	if len(ds) != 3 || ds[0].Digit != "3" || ds[1].Digit != "9" || ds[2].Digit != "5" {
+		t.Fatalf("digits %+v, want 3, 9, 5", ds)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"sync"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -37,12 +39,20 @@ func initialToTag(req *sip.Request) string {
 		return ""
 	}
 	fromTag, _ := from.Params.Get("tag")
-	mac := hmac.New(sha256.New, toTagKey)
+	mac := toTagMACs.Get().(hash.Hash)
+	mac.Reset()
 	mac.Write([]byte(callID.Value()))
 	mac.Write([]byte{0})
 	mac.Write([]byte(fromTag))
-	return hex.EncodeToString(mac.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	tag := hex.EncodeToString(mac.Sum(sum[:0])[:16])
+	toTagMACs.Put(mac)
+	return tag
 }
+
+// toTagMACs keeps initialToTag's keyed hashes for reuse: each response to
+// an initial INVITE needs the tag, and a fresh HMAC is several allocations.
+var toTagMACs = sync.Pool{New: func() any { return hmac.New(sha256.New, toTagKey) }}
 
 // tagInitial gives res, a response to the initial INVITE req, the To tag
 // of initialToTag, and returns it.
@@ -50,9 +60,10 @@ func tagInitial(req *sip.Request, res *sip.Response) *sip.Response {
 	if res == nil || hasToTag(req) {
 		return res
 	}
-	tag := initialToTag(req)
-	if to := res.To(); to != nil && tag != "" && res.StatusCode != sip.StatusTrying {
-		to.Params.Add("tag", tag)
+	if to := res.To(); to != nil && res.StatusCode != sip.StatusTrying {
+		if tag := initialToTag(req); tag != "" {
+			to.Params.Add("tag", tag)
+		}
 	}
 	return res
 }
