@@ -1,0 +1,42 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// writeRTPAudio writes n 20 ms packets' worth (160 bytes each) of raw A-law
+// audio for SIPp's rtp_stream action (`<exec rtp_stream="file,1,8"/>`), which
+// sends it from an ordinary UDP socket per call. The bytes are
+// writeRTPCapture's payloads, so both sources carry the same audio.
+func writeRTPAudio(path string, n int) error {
+	buf := make([]byte, 0, n*160)
+	for i := range n {
+		for j := 12; j < 172; j++ {
+			buf = append(buf, byte(0xd5^(i*7+j)))
+		}
+	}
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return fmt.Errorf("write rtp audio: %w", err)
+	}
+	return nil
+}
+
+// rawSockets is how many raw sockets (IPv4 and IPv6, any protocol) the host
+// has, -1 when /proc does not say. A raw socket gets a copy of every
+// datagram of its protocol delivered to its address, charged to the sender,
+// so a benchmark measuring a relay's CPU per packet logs it to show the host
+// was clean (SIPp's play_pcap_audio opens one per call).
+func rawSockets() int {
+	n := 0
+	for _, f := range []string{"/proc/net/raw", "/proc/net/raw6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return -1
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		n += len(lines) - 1 // the header
+	}
+	return n
+}
