@@ -685,7 +685,7 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	b.ReportMetric(percent(float64(tot["caller_packets_in"]), sent), "in_%")
 	b.ReportMetric(percent(in-out, in), "relay_loss_%")
 	b.ReportMetric(percent(sent-float64(tot["caller_packets_out"]), sent), "roundtrip_loss_%")
-	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v; %d raw sockets on the host while measuring",
+	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v; %s while measuring",
 		up, len(lines), hold, packets, rssBefore, rssUp, tot, raw)
 	for _, r := range []*sippRun{uac, uas} {
 		if w := strings.Count(readFileString(filepath.Join(dir, r.name+".errors.log")), "Overload warning"); w > 0 {

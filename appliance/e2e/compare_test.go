@@ -91,7 +91,7 @@ func BenchmarkCompareKamailio(b *testing.B) {
 	phase := func(name string, media bool, sides []compareSide, run func(s *sut, r *compareResult)) {
 		for _, side := range sides {
 			s := side.start(media)
-			compareLogf("%s: %s (%s since the start; %d raw sockets on the host)", s.name, name, time.Since(started).Round(time.Second), rawSockets())
+			compareLogf("%s: %s (%s since the start; %s)", s.name, name, time.Since(started).Round(time.Second), rawSockets())
 			run(s, res[side.key])
 			s.stop()
 		}
@@ -566,7 +566,7 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 	if pps > 0 {
 		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * window.Seconds()))
 	}
-	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d), %s per packet; %d raw sockets on the host",
+	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d), %s per packet; %s",
 		s.name, n, memBefore, memUp, percent(cpu.Seconds(), window.Seconds()), pps, n*100, h.cpuPerPacket, raw)
 	if code := uac.wait(); code != 0 {
 		st := uac.stats(b, dir)
