@@ -546,7 +546,7 @@ func bucketString(d time.Duration) string {
 // BenchmarkConcurrentCallsRelay: PBX_BENCH_CALLS calls (default 100) up at
 // once for PBX_BENCH_HOLD (default 20s), each with RTP both ways through the
 // PBX: the caller's SIPp sends 20ms PCMA packets for the whole hold with
-// rtp_stream, from an ordinary UDP socket per call (play_pcap_audio's raw
+// rtp_stream, from its ordinary UDP media socket (play_pcap_audio's raw
 // socket per call would get a copy of every loopback datagram, at the
 // PBX's cost; the host's raw sockets are logged), and the callee's SIPp
 // echoes them. Reports the resident memory per concurrent call

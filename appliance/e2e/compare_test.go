@@ -35,7 +35,7 @@ import (
 //     figures were with records off), unless PBX_COMPARE_OFF_LADDER=0.
 //   - calls from a carrier trusted by address (no digest) to a DID: a ladder.
 //   - PBX_COMPARE_CALLS calls held with RTP both ways (the caller sends
-//     with SIPp's rtp_stream from ordinary UDP sockets, the callee echoes):
+//     with SIPp's rtp_stream from an ordinary UDP socket, the callee echoes):
 //     memory per held call and the relay's CPU per relayed packet; beside
 //     them a probe call's jitter and loss one way through the relay
 //     (compare_probe_test.go).
@@ -517,8 +517,8 @@ type heldCalls struct {
 // rtp_stream sends 20 ms PCMA packets, the UAS echoes them), waits until all
 // are answered, and measures over 5s the relay's CPU and packets, and the
 // system's memory against before the first call; a probe call measures the
-// relay's jitter and loss meanwhile. The caller sends from an ordinary UDP
-// socket per call, not play_pcap_audio's raw socket per call: the kernel
+// relay's jitter and loss meanwhile. The caller sends from its ordinary UDP
+// media socket, not play_pcap_audio's raw socket per call: the kernel
 // hands a copy of every UDP datagram delivered on loopback to each raw
 // socket, charged to the sender, which made the relays' CPU per packet
 // mostly the harness's; the raw sockets on the host are logged with the

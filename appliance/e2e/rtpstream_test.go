@@ -8,7 +8,8 @@ import (
 
 // writeRTPAudio writes n 20 ms packets' worth (160 bytes each) of raw A-law
 // audio for SIPp's rtp_stream action (`<exec rtp_stream="file,1,8"/>`), which
-// sends it from an ordinary UDP socket per call. The bytes are
+// sends it from SIPp's ordinary UDP media socket (-mp, shared by its calls),
+// no raw socket. The bytes are
 // writeRTPCapture's payloads, so both sources carry the same audio.
 func writeRTPAudio(path string, n int) error {
 	buf := make([]byte, 0, n*160)
