@@ -551,8 +551,11 @@ func bucketString(d time.Duration) string {
 
 // BenchmarkConcurrentCallsRelay: PBX_BENCH_CALLS calls (default 100) up at
 // once for PBX_BENCH_HOLD (default 20s), each with RTP both ways through the
-// PBX: the caller's SIPp plays 20ms PCMA packets for the whole hold and the
-// callee's SIPp echoes them. Reports the resident memory per concurrent call
+// PBX: the caller's SIPp sends 20ms PCMA packets for the whole hold with
+// rtp_stream, from its ordinary UDP media socket (play_pcap_audio's raw
+// socket per call would get a copy of every loopback datagram, at the
+// PBX's cost; the host's raw sockets are logged), and the callee's SIPp
+// echoes them. Reports the resident memory per concurrent call
 // (VmRSS of the pbx with every call up minus before the first), the pbx CPU
 // while every call is up (in all, and per packet received and sent on), and
 // the loss the PBX's "media stats" lines show:
@@ -604,7 +607,7 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	// The caller plays until a second before its BYE, so every packet is sent
 	// while the call is up.
 	packets := int((hold - time.Second) / (20 * time.Millisecond))
-	if err := writeRTPCapture(filepath.Join(dir, "hold.pcap"), packets); err != nil {
+	if err := writeRTPAudio(filepath.Join(dir, "hold.pcma"), packets); err != nil {
 		b.Fatal(err)
 	}
 	bobPort := freePort(b)
@@ -622,8 +625,8 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 		"-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n), "-d", strconv.Itoa(int(hold/time.Millisecond)),
 		"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
 	answered := func() int { return countMarkers(p.dataDir) }
-	// SIPp itself may set calls up more slowly than asked when it plays
-	// hundreds of captures at once; every call must be up 6s (settling and
+	// SIPp itself may set calls up more slowly than asked when it streams
+	// hundreds of calls' RTP at once; every call must be up 6s (settling and
 	// the measuring window) before the first one ends.
 	upWithin := min(2*ramp+20*time.Second, hold-benchEnvDuration("PBX_BENCH_WINDOW", 5*time.Second)-time.Second)
 	deadline := time.Now().Add(upWithin)
@@ -639,6 +642,7 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	window := benchEnvDuration("PBX_BENCH_WINDOW", 5*time.Second) // CPU is measured over it
 	time.Sleep(window)
 	pbxCPU := cpuTime(b, pid) - cpu0
+	raw := rawSockets()
 	rssUp := rssKB(b, pid)
 	up := answered()
 	if code := uac.wait(); code != 0 {
@@ -687,8 +691,8 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 	b.ReportMetric(percent(float64(tot["caller_packets_in"]), sent), "in_%")
 	b.ReportMetric(percent(in-out, in), "relay_loss_%")
 	b.ReportMetric(percent(sent-float64(tot["caller_packets_out"]), sent), "roundtrip_loss_%")
-	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v",
-		up, len(lines), hold, packets, rssBefore, rssUp, tot)
+	b.Logf("%d calls up (%d stats lines), hold %s, %d packets per call each way; rss %d kB before, %d kB with the calls up; packets %v; %s while measuring",
+		up, len(lines), hold, packets, rssBefore, rssUp, tot, raw)
 	for _, r := range []*sippRun{uac, uas} {
 		if w := strings.Count(readFileString(filepath.Join(dir, r.name+".errors.log")), "Overload warning"); w > 0 {
 			b.Logf("SIPp %s: %d overload warnings (its watchdog found it behind)", r.name, w)
