@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -92,6 +93,8 @@ type Registrar struct {
 	removed map[string]struct{}
 
 	flushMu sync.Mutex
+
+	date dateCache
 }
 
 type aorKey struct{ tenant, username string }
@@ -469,20 +472,25 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	put = slices.DeleteFunc(put, func(b Binding) bool {
 		return !slices.ContainsFunc(next, func(n Binding) bool { return n.Contact == b.Contact && n.Updated.Equal(b.Updated) })
 	})
+	// A live AOR is always indexed under its extension: only a new one,
+	// or one whose extension changed, needs indexing (a refresh does not).
+	index := false
 	if a == nil && len(next) > 0 {
 		a = &aor{extension: acct.Extension}
 		r.aors[key] = a
+		index = true
 	}
 	if a != nil {
 		if a.extension != acct.Extension {
 			r.unindexLocked(key, a.extension)
 			a.extension = acct.Extension
+			index = true
 		}
 		a.bindings = next
 		if len(next) == 0 {
 			r.unindexLocked(key, a.extension)
 			delete(r.aors, key)
-		} else {
+		} else if index {
 			r.indexLocked(key, a.extension)
 		}
 	}
@@ -495,7 +503,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		secs := int(b.Expires.Sub(now).Round(time.Second) / time.Second)
 		res.AppendHeader(sip.NewHeader("Contact", contactValue(b, max(secs, 0))))
 	}
-	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT")))
+	res.AppendHeader(sip.NewHeader("Date", r.date.format(now)))
 	return res
 }
 
@@ -597,10 +605,31 @@ func (r *Registrar) List() []Binding {
 		}
 	}
 	r.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Binding) int {
-		return strings.Compare(a.Tenant+"\x00"+a.Extension+"\x00"+a.Username+"\x00"+a.Contact,
-			b.Tenant+"\x00"+b.Extension+"\x00"+b.Username+"\x00"+b.Contact)
-	})
+	slices.SortFunc(out, compareBindings)
+	return out
+}
+
+// compareBindings orders bindings by tenant, extension, username and
+// contact, field by field (no concatenated keys: List sorts every binding).
+func compareBindings(a, b Binding) int {
+	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Extension, b.Extension),
+		strings.Compare(a.Username, b.Username), strings.Compare(a.Contact, b.Contact))
+}
+
+// CountByTenant returns the number of live bindings of each tenant, without
+// copying them (the headline counters ask every few seconds).
+func (r *Registrar) CountByTenant() map[string]int {
+	now := r.now()
+	out := map[string]int{}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, a := range r.aors {
+		for _, b := range a.bindings {
+			if !b.Expired(now) {
+				out[b.Tenant]++
+			}
+		}
+	}
 	return out
 }
 
