@@ -318,7 +318,8 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	callID := string(*req.CallID())
 	cseq := req.CSeq().SeqNo
 
-	var changes []change
+	var changesBuf [1]change // the usual one contact, on the stack
+	changes := changesBuf[:0]
 	wildcard := false
 	for _, h := range contacts {
 		ch, ok := h.(*sip.ContactHeader)
@@ -382,23 +383,28 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 
 	r.mu.Lock()
 	a := r.aors[key]
-	var current []Binding
+	// current is the live bindings as they were: a.bindings itself when
+	// none expired (its array is never written once stored: each change,
+	// the sweep's included, stores a new one), so a refresh allocates only
+	// next, the array that replaces it.
+	var current, removed []Binding
 	if a != nil {
-		for _, b := range a.bindings {
-			if !b.Expired(now) {
-				current = append(current, b)
+		current = a.bindings
+		if slices.ContainsFunc(a.bindings, func(b Binding) bool { return b.Expired(now) }) {
+			current = nil
+			for _, b := range a.bindings {
+				if b.Expired(now) {
+					removed = append(removed, b)
+				} else {
+					current = append(current, b)
+				}
 			}
 		}
 	}
-	var put, removed []Binding
-	if a != nil && len(current) != len(a.bindings) {
-		for _, b := range a.bindings {
-			if b.Expired(now) {
-				removed = append(removed, b)
-			}
-		}
-	}
-	next := slices.Clone(current)
+	var putBuf [1]Binding
+	put := putBuf[:0]
+	next := make([]Binding, len(current), len(current)+len(changes))
+	copy(next, current)
 	status := 0
 	if wildcard {
 		removed = append(removed, next...)
@@ -674,7 +680,11 @@ func (r *Registrar) sweep() {
 	var removed []Binding
 	r.mu.Lock()
 	for k, a := range r.aors {
-		kept := a.bindings[:0]
+		if !slices.ContainsFunc(a.bindings, func(b Binding) bool { return b.Expired(now) }) {
+			continue
+		}
+		// A new array: REGISTER reads a stored one after unlocking.
+		var kept []Binding
 		for _, b := range a.bindings {
 			if b.Expired(now) {
 				removed = append(removed, b)
