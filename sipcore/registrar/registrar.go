@@ -429,8 +429,9 @@ func (r *Registrar) updateLocked(was []Binding, changes []change, wildcard bool,
 			}
 		}
 	}
-	next := make([]Binding, len(u.current), len(u.current)+len(changes))
-	copy(next, u.current)
+	// Exactly as long as current: a refresh (the usual REGISTER) adds no
+	// binding, and next is what the AOR keeps.
+	next := slices.Clone(u.current)
 	if wildcard {
 		u.removed = append(u.removed, next...)
 		next = nil
