@@ -74,8 +74,8 @@ func (s *apiSources) Status(ctx context.Context) (api.StatusSnapshot, error) {
 			count(sd.Tenant, func(n *api.Counts) { n.CallsActive++ })
 		}
 	}
-	for _, b := range s.reg.List() {
-		count(b.Tenant, func(n *api.Counts) { n.Registrations++ })
+	for tn, regs := range s.reg.CountByTenant() {
+		count(tn, func(n *api.Counts) { n.Registrations += regs })
 	}
 	for _, t := range s.trunks.Status() {
 		// A trunk that does not register is up; one that does, while registered.

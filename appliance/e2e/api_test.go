@@ -76,6 +76,14 @@ func TestAPIOperatesTheLivePBX(t *testing.T) {
 	if len(regs.Registrations) != 1 || regs.Registrations[0].Extension != "101" {
 		t.Fatalf("registrations: %+v", regs)
 	}
+	// The status counts the live bindings (per tenant, without listing them).
+	var st struct {
+		Registrations int `json:"registrations"`
+	}
+	api.getJSON("/v1/status", &st)
+	if st.Registrations != 1 {
+		t.Fatalf("status registrations %d, want 1", st.Registrations)
+	}
 
 	uas := startSIPp(t, dir, "uas", 90*time.Second,
 		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "uas_answer.xml", "-m", "2",

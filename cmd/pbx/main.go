@@ -123,6 +123,11 @@ func run(parent context.Context, dir string, drain time.Duration, log *slog.Logg
 		return err
 	}
 	defer app.Close()
+	stopPprof, err := startPprof(log)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()

@@ -45,20 +45,7 @@ func BenchmarkRegister(b *testing.B) {
 	nonce := a.newNonce("acme.example")
 	reqs := make([]*sip.Request, b.N)
 	for i := range reqs {
-		user := fmt.Sprintf("u%d", i%accounts)
-		req := signedRegister(b, a, nonce, user, "pw", uint32(i+1))
-		aor := sip.Uri{Scheme: "sip", User: user, Host: "acme.example"}
-		from := &sip.FromHeader{Address: aor}
-		from.Params.Add("tag", "t")
-		req.AppendHeader(from)
-		req.AppendHeader(&sip.ToHeader{Address: aor})
-		cid := sip.CallIDHeader("reg-" + user)
-		req.AppendHeader(&cid)
-		req.AppendHeader(&sip.CSeqHeader{SeqNo: uint32(i + 1), MethodName: sip.REGISTER})
-		req.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: user, Host: "10.0.0.1", Port: 5060 + i%accounts}})
-		req.AppendHeader(sip.NewHeader("Expires", "600"))
-		req.SetSource("10.0.0.1:5060")
-		reqs[i] = req
+		reqs[i] = benchRegister(b, a, nonce, fmt.Sprintf("u%d", i%accounts), 5060+i%accounts, uint32(i+1))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -67,6 +54,70 @@ func BenchmarkRegister(b *testing.B) {
 			b.Fatalf("status %d", res.StatusCode)
 		}
 	}
+}
+
+// benchRegister is a signed REGISTER of user's contact at 10.0.0.1:port
+// (CSeq and nc seq) for 600 s.
+func benchRegister(t testing.TB, a *Auth, nonce, user string, port int, seq uint32) *sip.Request {
+	req := signedRegister(t, a, nonce, user, "pw", seq)
+	aor := sip.Uri{Scheme: "sip", User: user, Host: "acme.example"}
+	from := &sip.FromHeader{Address: aor}
+	from.Params.Add("tag", "t")
+	req.AppendHeader(from)
+	req.AppendHeader(&sip.ToHeader{Address: aor})
+	cid := sip.CallIDHeader("reg-" + user)
+	req.AppendHeader(&cid)
+	req.AppendHeader(&sip.CSeqHeader{SeqNo: seq, MethodName: sip.REGISTER})
+	req.AppendHeader(&sip.ContactHeader{Address: sip.Uri{Scheme: "sip", User: user, Host: "10.0.0.1", Port: port}})
+	req.AppendHeader(sip.NewHeader("Expires", "600"))
+	req.SetSource("10.0.0.1:5060")
+	return req
+}
+
+// BenchmarkCountByTenant measures the headline counters' registration
+// count over 10,000 live bindings (every few seconds, and on each status
+// request): it must not copy or sort them, as List does.
+func BenchmarkCountByTenant(b *testing.B) {
+	r := benchRegistrar(b, 10000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if n := r.CountByTenant()["acme"]; n != 10000 {
+			b.Fatalf("count %d", n)
+		}
+	}
+}
+
+// BenchmarkList measures listing and sorting 10,000 live bindings (the
+// API's registration list, the NAT keepalive round).
+func BenchmarkList(b *testing.B) {
+	r := benchRegistrar(b, 10000)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if n := len(r.List()); n != 10000 {
+			b.Fatalf("listed %d", n)
+		}
+	}
+}
+
+// benchRegistrar is a registrar holding one binding for each of n accounts.
+func benchRegistrar(b *testing.B, n int) *Registrar {
+	a, err := NewAuth(AuthOptions{}, benchDir{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := New(Options{Auth: a}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nonce := a.newNonce("acme.example")
+	for i := range n {
+		if res := r.register(benchRegister(b, a, nonce, fmt.Sprintf("u%d", i), 5060, uint32(i+1))); res.StatusCode != 200 {
+			b.Fatalf("status %d", res.StatusCode)
+		}
+	}
+	return r
 }
 
 type benchDir struct{}

@@ -1,6 +1,9 @@
 package registrar
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Change says what happened to a binding, for OnChange.
 type Change int
@@ -35,21 +38,20 @@ func (r *Registrar) notify(put []Binding, before []Binding, removed []Binding, n
 	if f == nil {
 		return
 	}
-	for _, b := range removed {
-		if b.Expired(now) {
-			f(Expired, b)
+	// Indexes, not copies: Bindings are large and the REGISTER goroutine's
+	// stack small.
+	for i := range removed {
+		if removed[i].Expired(now) {
+			f(Expired, removed[i])
 		} else {
-			f(Removed, b)
+			f(Removed, removed[i])
 		}
 	}
-	for _, b := range put {
+	for i := range put {
 		c := Added
-		for _, o := range before {
-			if o.Contact == b.Contact {
-				c = Refreshed
-				break
-			}
+		if slices.ContainsFunc(before, func(o Binding) bool { return o.Contact == put[i].Contact }) {
+			c = Refreshed
 		}
-		f(c, b)
+		f(c, put[i])
 	}
 }

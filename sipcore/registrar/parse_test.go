@@ -374,7 +374,7 @@ func TestContactValueAsSipgoWritesIt(t *testing.T) {
 		if b.InstanceID != "" {
 			want.Params.Add("+sip.instance", b.InstanceID)
 		}
-		if got := contactValue(b, 597); got != want.Value() {
+		if got := contactValue(&b, 597); got != want.Value() {
 			t.Fatalf("contact %s: %q, sipgo writes %q", c.contact, got, want.Value())
 		}
 	}

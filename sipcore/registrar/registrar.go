@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -92,6 +93,8 @@ type Registrar struct {
 	removed map[string]struct{}
 
 	flushMu sync.Mutex
+
+	date dateCache
 }
 
 type aorKey struct{ tenant, username string }
@@ -231,13 +234,13 @@ func (r *Registrar) markDirty(put []Binding, removed []Binding) {
 		return
 	}
 	r.dirtyMu.Lock()
-	for _, b := range put {
-		k := b.Key()
-		r.dirty[k] = b
+	for i := range put {
+		k := put[i].Key()
+		r.dirty[k] = put[i]
 		delete(r.removed, k)
 	}
-	for _, b := range removed {
-		k := b.Key()
+	for i := range removed {
+		k := removed[i].Key()
 		delete(r.dirty, k)
 		r.removed[k] = struct{}{}
 	}
@@ -287,7 +290,6 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 }
 
 type change struct {
-	contact  sip.Uri
 	raw      string
 	instance string
 	q        string
@@ -304,23 +306,64 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 		hdrExpires = v
 	}
+	// tmpl holds what every binding this request puts shares.
+	tmpl := &Binding{Tenant: acct.Tenant, Username: acct.Username, Extension: acct.Extension, Domain: domain,
+		CallID: string(*req.CallID()), CSeq: req.CSeq().SeqNo, Since: now, Updated: now}
+	src, _ := netip.ParseAddrPort(req.Source())
+	tmpl.Source = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	tmpl.Transport = strings.ToLower(req.Transport())
+	changes, wildcard, bad := r.parseContacts(req, hdrExpires, tmpl)
+	if bad != nil {
+		return bad
+	}
+	maxContacts := acct.MaxContacts
+	if maxContacts <= 0 {
+		maxContacts = r.opts.DefaultMaxContacts
+	}
+	if req.Laddr.IP != nil {
+		if ip, ok := netip.AddrFromSlice(req.Laddr.IP); ok {
+			tmpl.Local = netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
+		}
+	}
+	if h := sipcore.Header(req, "User-Agent"); h != nil {
+		tmpl.UserAgent = h.Value()
+	}
+
+	key := aorKey{acct.Tenant, acct.Username}
+	r.mu.Lock()
+	a := r.aors[key]
+	var was []Binding
+	if a != nil {
+		was = a.bindings
+	}
+	u, status := r.updateLocked(was, changes, wildcard, tmpl, maxContacts, now)
+	if status != 0 {
+		r.mu.Unlock()
+		reason := "Server Internal Error"
+		if status == sip.StatusForbidden {
+			reason = "Too Many Registered Contacts"
+		}
+		return sip.NewResponseFromRequest(req, status, reason, nil)
+	}
+	r.storeLocked(key, a, acct.Extension, u.next)
+	r.mu.Unlock()
+	r.markDirty(u.put, u.removed)
+	r.notify(u.put, u.current, u.removed, now)
+	return r.ok(req, u.next, now)
+}
+
+// parseContacts reads a REGISTER's Contact headers into the changes they
+// ask for (RFC 3261 10.3 steps 6 and 8), or returns the response refusing
+// them.
+func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tmpl *Binding) (changes []change, wildcard bool, bad *sip.Response) {
 	contacts := sipcore.Headers(req, "Contact")
 	if len(contacts) > maxContactsPerRequest {
-		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
+		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
 	}
-	key := aorKey{acct.Tenant, acct.Username}
-	src, _ := netip.ParseAddrPort(req.Source())
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	transport := strings.ToLower(req.Transport())
-	callID := string(*req.CallID())
-	cseq := req.CSeq().SeqNo
-
-	var changes []change
-	wildcard := false
 	for _, h := range contacts {
 		ch, ok := h.(*sip.ContactHeader)
 		if !ok {
-			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact", nil)
+			return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact", nil)
 		}
 		if ch.Address.Wildcard {
 			wildcard = true
@@ -330,7 +373,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		if v, ok := ch.Params.Get("expires"); ok {
 			d, err := ParseExpires(v)
 			if err != nil {
-				return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact Expires", nil)
+				return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact Expires", nil)
 			}
 			exp = d
 		}
@@ -340,109 +383,84 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		if exp > 0 && exp < r.opts.MinExpires {
 			res := sip.NewResponseFromRequest(req, sip.StatusIntervalToBrief, "Interval Too Brief", nil)
 			res.AppendHeader(sip.NewHeader("Min-Expires", strconv.Itoa(int(r.opts.MinExpires/time.Second))))
-			return res
+			return nil, false, res
 		}
 		exp = min(exp, r.opts.MaxExpires)
 		if exp > 0 {
-			exp = r.natExpiry(exp, transport, ch.Address, src)
+			exp = r.natExpiry(exp, tmpl.Transport, ch.Address, tmpl.Source)
 		}
-		c := change{contact: ch.Address, raw: ch.Address.String(), expires: exp}
-		if inst, ok := ch.Params.Get("+sip.instance"); ok {
-			c.instance = inst
-		}
-		if q, ok := ch.Params.Get("q"); ok {
-			c.q = q
-		}
+		c := change{raw: ch.Address.String(), expires: exp}
+		c.instance, _ = ch.Params.Get("+sip.instance")
+		c.q, _ = ch.Params.Get("q")
 		changes = append(changes, c)
 	}
-	if wildcard {
-		// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
-		if len(contacts) != 1 || hdrExpires != 0 {
-			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Wildcard Contact", nil)
-		}
+	// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
+	if wildcard && (len(contacts) != 1 || hdrExpires != 0) {
+		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Wildcard Contact", nil)
 	}
+	return changes, wildcard, nil
+}
 
-	maxContacts := acct.MaxContacts
-	if maxContacts <= 0 {
-		maxContacts = r.opts.DefaultMaxContacts
-	}
-	var local netip.AddrPort
-	if req.Laddr.IP != nil {
-		if ip, ok := netip.AddrFromSlice(req.Laddr.IP); ok {
-			local = netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
-		}
-	}
-	ua := ""
-	if h := sipcore.Header(req, "User-Agent"); h != nil {
-		ua = h.Value()
-	}
+// update is what a REGISTER does to an AOR's bindings.
+type update struct {
+	current []Binding // the live bindings before
+	next    []Binding // after
+	put     []Binding // added or refreshed
+	removed []Binding // expired, unregistered or replaced
+}
 
-	r.mu.Lock()
-	a := r.aors[key]
-	var current []Binding
-	if a != nil {
-		for _, b := range a.bindings {
-			if !b.Expired(now) {
-				current = append(current, b)
+// updateLocked applies changes to an AOR's bindings was (RFC 3261 10.3
+// steps 6 to 8) with r.mu held, or returns the status refusing them. It
+// works through indexes and pointers: Bindings are large, and the REGISTER
+// goroutine's stack is small (copies would grow it).
+//
+// current is was itself when none expired: a stored bindings array is
+// never written (each change, the sweep's included, stores a new one), so
+// a refresh allocates only next, the array that replaces it.
+func (r *Registrar) updateLocked(was []Binding, changes []change, wildcard bool, tmpl *Binding, maxContacts int, now time.Time) (u update, status int) {
+	u.current = was
+	if slices.ContainsFunc(was, func(b Binding) bool { return b.Expired(now) }) {
+		u.current = nil
+		for i := range was {
+			if was[i].Expired(now) {
+				u.removed = append(u.removed, was[i])
+			} else {
+				u.current = append(u.current, was[i])
 			}
 		}
 	}
-	var put, removed []Binding
-	if a != nil && len(current) != len(a.bindings) {
-		for _, b := range a.bindings {
-			if b.Expired(now) {
-				removed = append(removed, b)
-			}
-		}
-	}
-	next := slices.Clone(current)
-	status := 0
+	// Exactly as long as current: a refresh (the usual REGISTER) adds no
+	// binding, and next is what the AOR keeps.
+	next := slices.Clone(u.current)
 	if wildcard {
-		removed = append(removed, next...)
+		u.removed = append(u.removed, next...)
 		next = nil
 	}
-	for _, c := range changes {
-		idx := -1
-		for i, b := range next {
-			if b.Contact == c.raw || (c.instance != "" && b.InstanceID == c.instance) {
-				idx = i
-				break
-			}
-		}
-		if idx >= 0 && next[idx].CallID == callID && cseq <= next[idx].CSeq {
+	for ci := range changes {
+		c := &changes[ci]
+		idx := slices.IndexFunc(next, func(b Binding) bool {
+			return b.Contact == c.raw || (c.instance != "" && b.InstanceID == c.instance)
+		})
+		if idx >= 0 && next[idx].CallID == tmpl.CallID && tmpl.CSeq <= next[idx].CSeq {
 			// RFC 3261 10.3 step 7: out of order request.
-			status = sip.StatusInternalServerError
-			break
+			return update{}, sip.StatusInternalServerError
 		}
 		if c.expires == 0 {
 			if idx >= 0 {
-				removed = append(removed, next[idx])
+				u.removed = append(u.removed, next[idx])
 				next = slices.Delete(next, idx, idx+1)
 			}
 			continue
 		}
-		b := Binding{
-			Tenant: acct.Tenant, Username: acct.Username, Extension: acct.Extension, Domain: domain,
-			Contact: c.raw, InstanceID: c.instance, Q: c.q,
-			Source: src, Transport: transport, Local: local,
-			CallID: callID, CSeq: cseq, UserAgent: ua,
-			Since: now, Updated: now, Expires: now.Add(c.expires),
-		}
-		if idx >= 0 {
-			old := next[idx]
-			if old.Contact == b.Contact {
-				b.Since = old.Since
-			} else {
-				removed = append(removed, old)
-			}
-			next[idx] = b
-			put = append(put, b)
-			continue
-		}
-		if len(next) >= maxContacts {
+		since := now
+		switch {
+		case idx >= 0 && next[idx].Contact == c.raw:
+			since = next[idx].Since
+		case idx >= 0:
+			u.removed = append(u.removed, next[idx])
+		case len(next) >= maxContacts:
 			if r.opts.RejectWhenFull {
-				status = sip.StatusForbidden
-				break
+				return update{}, sip.StatusForbidden
 			}
 			// Replace the binding that expires soonest.
 			victim := 0
@@ -451,51 +469,64 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 					victim = i
 				}
 			}
-			removed = append(removed, next[victim])
+			u.removed = append(u.removed, next[victim])
 			next = slices.Delete(next, victim, victim+1)
 		}
-		next = append(next, b)
-		put = append(put, b)
-	}
-	if status != 0 {
-		r.mu.Unlock()
-		reason := "Server Internal Error"
-		if status == sip.StatusForbidden {
-			reason = "Too Many Registered Contacts"
+		if idx < 0 {
+			next = append(next, Binding{})
+			idx = len(next) - 1
 		}
-		return sip.NewResponseFromRequest(req, status, reason, nil)
+		b := &next[idx]
+		*b = *tmpl
+		b.Contact, b.InstanceID, b.Q = c.raw, c.instance, c.q
+		b.Since, b.Expires = since, now.Add(c.expires)
+		u.put = append(u.put, *b)
 	}
 	// Drop put entries that were removed again later in the same request.
-	put = slices.DeleteFunc(put, func(b Binding) bool {
+	u.put = slices.DeleteFunc(u.put, func(b Binding) bool {
 		return !slices.ContainsFunc(next, func(n Binding) bool { return n.Contact == b.Contact && n.Updated.Equal(b.Updated) })
 	})
-	if a == nil && len(next) > 0 {
-		a = &aor{extension: acct.Extension}
-		r.aors[key] = a
-	}
-	if a != nil {
-		if a.extension != acct.Extension {
-			r.unindexLocked(key, a.extension)
-			a.extension = acct.Extension
-		}
-		a.bindings = next
-		if len(next) == 0 {
-			r.unindexLocked(key, a.extension)
-			delete(r.aors, key)
-		} else {
-			r.indexLocked(key, a.extension)
-		}
-	}
-	r.mu.Unlock()
-	r.markDirty(put, removed)
-	r.notify(put, current, removed, now)
+	u.next = next
+	return u, 0
+}
 
-	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
-	for _, b := range next {
-		secs := int(b.Expires.Sub(now).Round(time.Second) / time.Second)
-		res.AppendHeader(sip.NewHeader("Contact", contactValue(b, max(secs, 0))))
+// storeLocked stores an AOR's new bindings next (a is the AOR, nil when it
+// had none), keeping the extension index, with r.mu held. A live AOR is
+// always indexed under its extension: only a new one, or one whose
+// extension changed, needs indexing (a refresh does not).
+func (r *Registrar) storeLocked(key aorKey, a *aor, ext string, next []Binding) {
+	index := false
+	if a == nil {
+		if len(next) == 0 {
+			return
+		}
+		a = &aor{extension: ext}
+		r.aors[key] = a
+		index = true
 	}
-	res.AppendHeader(sip.NewHeader("Date", now.UTC().Format("Mon, 02 Jan 2006 15:04:05 GMT")))
+	if a.extension != ext {
+		r.unindexLocked(key, a.extension)
+		a.extension = ext
+		index = true
+	}
+	a.bindings = next
+	if len(next) == 0 {
+		r.unindexLocked(key, a.extension)
+		delete(r.aors, key)
+	} else if index {
+		r.indexLocked(key, a.extension)
+	}
+}
+
+// ok is the 200 to a REGISTER: every binding of the AOR with its
+// remaining seconds, and the Date.
+func (r *Registrar) ok(req *sip.Request, bindings []Binding, now time.Time) *sip.Response {
+	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	for i := range bindings {
+		secs := int(bindings[i].Expires.Sub(now).Round(time.Second) / time.Second)
+		res.AppendHeader(sip.NewHeader("Contact", contactValue(&bindings[i], max(secs, 0))))
+	}
+	res.AppendHeader(sip.NewHeader("Date", r.date.format(now)))
 	return res
 }
 
@@ -506,7 +537,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 // memory with its transaction while it lingers to answer retransmissions,
 // and a parsed URI with its parameters costs several times its text.
 // b.Contact is itself the text of a parsed URI (Binding.Contact).
-func contactValue(b Binding, expires int) string {
+func contactValue(b *Binding, expires int) string {
 	var sb strings.Builder
 	sb.Grow(len(b.Contact) + len(b.InstanceID) + 40)
 	sb.WriteByte('<')
@@ -597,10 +628,31 @@ func (r *Registrar) List() []Binding {
 		}
 	}
 	r.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Binding) int {
-		return strings.Compare(a.Tenant+"\x00"+a.Extension+"\x00"+a.Username+"\x00"+a.Contact,
-			b.Tenant+"\x00"+b.Extension+"\x00"+b.Username+"\x00"+b.Contact)
-	})
+	slices.SortFunc(out, compareBindings)
+	return out
+}
+
+// compareBindings orders bindings by tenant, extension, username and
+// contact, field by field (no concatenated keys: List sorts every binding).
+func compareBindings(a, b Binding) int {
+	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Extension, b.Extension),
+		strings.Compare(a.Username, b.Username), strings.Compare(a.Contact, b.Contact))
+}
+
+// CountByTenant returns the number of live bindings of each tenant, without
+// copying them (the headline counters ask every few seconds).
+func (r *Registrar) CountByTenant() map[string]int {
+	now := r.now()
+	out := map[string]int{}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, a := range r.aors {
+		for _, b := range a.bindings {
+			if !b.Expired(now) {
+				out[b.Tenant]++
+			}
+		}
+	}
 	return out
 }
 
@@ -645,7 +697,11 @@ func (r *Registrar) sweep() {
 	var removed []Binding
 	r.mu.Lock()
 	for k, a := range r.aors {
-		kept := a.bindings[:0]
+		if !slices.ContainsFunc(a.bindings, func(b Binding) bool { return b.Expired(now) }) {
+			continue
+		}
+		// A new array: REGISTER reads a stored one after unlocking.
+		var kept []Binding
 		for _, b := range a.bindings {
 			if b.Expired(now) {
 				removed = append(removed, b)

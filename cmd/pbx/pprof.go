@@ -1,0 +1,61 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"time"
+)
+
+// pprofEnv names the environment variable that turns on the profiling
+// endpoint, a debugging aid: PBX_PPROF=127.0.0.1:6060 serves Go's
+// /debug/pprof/ handlers on that loopback address. It is off when unset,
+// and refused for any address that is not loopback (profiles show memory
+// contents such as goroutine stacks, so they must never face a network).
+const pprofEnv = "PBX_PPROF"
+
+// errPprofNotLoopback refuses a PBX_PPROF address that is not loopback.
+var errPprofNotLoopback = errors.New("address is not a loopback IP")
+
+// startPprof serves the profiling handlers when PBX_PPROF is set. It
+// returns a function that stops the server (a no-op when it is off).
+func startPprof(log *slog.Logger) (func(), error) {
+	addr := os.Getenv(pprofEnv)
+	if addr == "" {
+		return func() {}, nil
+	}
+	if err := checkLoopback(addr); err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", pprofEnv, addr, err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pprofEnv, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Warn("profiling endpoint on (debugging aid)", "addr", ln.Addr().String(), "env", pprofEnv)
+	return func() { _ = srv.Close() }, nil
+}
+
+// checkLoopback accepts host:port only when host is a loopback IP literal.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return errPprofNotLoopback
+	}
+	return nil
+}
