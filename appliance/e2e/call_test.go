@@ -121,6 +121,7 @@ func sippCall(t *testing.T, transport, scenario string) (*pbxProc, []map[string]
 // received at least min packets (the caller's pcap and the callee's echo of it).
 func assertMediaRelayed(t *testing.T, p *pbxProc, min int) {
 	t.Helper()
+	p.log.Contains("media stats") // the log is written in batches: let the call's lines arrive
 	for _, line := range strings.Split(p.log.String(), "\n") {
 		if !strings.Contains(line, "media stats") {
 			continue

@@ -192,6 +192,7 @@ func TestGuardDistributedGuessingLocksAccount(t *testing.T) {
 		c.AccountRefused != 1 || c.BansActive != 0 {
 		t.Fatalf("counters %+v: want 50 failures, one account locked, one refusal, no source banned", c)
 	}
+	p.log.Contains(`msg="valid credentials refused: account locked against password guessing"`) // the log is written in batches
 	log := p.log.String()
 	if !strings.Contains(log, `msg="account locked against password guessing"`) || !strings.Contains(log, "username=alice") {
 		t.Fatal("no log line for the account lock")

@@ -155,6 +155,35 @@ func (l *logBuffer) Since() string {
 	return string(l.buf.Bytes()[l.from:])
 }
 
+// logWait is how long Contains and ContainsSince wait for a line: the
+// daemon writes its log in batches (logging.Coalescer, every 5 ms), so a
+// line may reach the buffer a little after the action that logged it.
+const logWait = 2 * time.Second
+
+// Contains reports whether the whole output has substr, waiting up to
+// logWait for it to arrive.
+func (l *logBuffer) Contains(substr string) bool {
+	return eventuallyContains(l.String, substr)
+}
+
+// ContainsSince is Contains for the output of the current run.
+func (l *logBuffer) ContainsSince(substr string) bool {
+	return eventuallyContains(l.Since, substr)
+}
+
+func eventuallyContains(read func() string, substr string) bool {
+	deadline := time.Now().Add(logWait)
+	for {
+		if strings.Contains(read(), substr) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // pbxProc is a running bin/pbx.
 type pbxProc struct {
 	t       testing.TB

@@ -616,7 +616,7 @@ func TestMobileAppCallAndGrants(t *testing.T) {
 	if n := m.authFailures(t); n != 1 {
 		t.Fatalf("%d authentication failures counted since the restart, want 1", n)
 	}
-	if !strings.Contains(m.p.log.Since(), "bad call grant") {
+	if !m.p.log.ContainsSince("bad call grant") {
 		t.Fatal("refused grant not logged")
 	}
 }

@@ -102,7 +102,7 @@ func TestMWISubscribeNotifyAndResyncAfterRestart(t *testing.T) {
 	if n := strings.Count(msgs, "NOTIFY sip:"); n != 3 {
 		t.Errorf("%d NOTIFYs, want the first, the resync and the final", n)
 	}
-	if !strings.Contains(p.log.Since(), `msg="mwi subscriptions restored" component=mwi count=1`) {
+	if !p.log.ContainsSince(`msg="mwi subscriptions restored" component=mwi count=1`) {
 		t.Errorf("the restart did not restore the subscription")
 	}
 }

@@ -310,7 +310,7 @@ func TestVoicemailEmailNotices(t *testing.T) {
 	sink.start()
 	p.start()
 	checkNotices(t, c, waitNoticesSent(t, p, sink, 3), ms)
-	if !strings.Contains(p.log.Since(), "voicemail notice sent") {
+	if !p.log.ContainsSince("voicemail notice sent") {
 		t.Errorf("the restarted PBX did not log the notice it sent")
 	}
 }

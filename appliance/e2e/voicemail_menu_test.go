@@ -229,7 +229,7 @@ func TestVoicemailOtherMailboxPIN(t *testing.T) {
 	if len(bans.Bans) != 1 || bans.Bans[0].IP != "127.0.0.1" {
 		t.Errorf("bans %+v, want alice's source 127.0.0.1 (authFailures: 1)", bans)
 	}
-	if !strings.Contains(p.log.String(), "voicemail: three failed logins") {
+	if !p.log.Contains("voicemail: three failed logins") {
 		t.Error("no log line for the three failed logins")
 	}
 }
