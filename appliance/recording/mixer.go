@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync"
 	"time"
@@ -28,9 +29,10 @@ const reanchorAfter = 500 * time.Millisecond
 // none came).
 const reorderWindow = 200 * time.Millisecond
 
-// frameSink takes stereo frames; *rtpcore.WAVWriter is one.
+// frameSink takes stereo frames as a WAV holds them (interleaved,
+// little-endian 16-bit samples, left first); *rtpcore.WAVWriter is one.
 type frameSink interface {
-	WriteStereo(left, right []int16) error
+	WritePCM(frames []byte) error
 }
 
 // channel is one direction's audio not yet written out, kept as G.711
@@ -85,36 +87,24 @@ func (c *channel) grow(n int) {
 	}
 }
 
-// decode appends the samples of the first n frames to dst: in one pass
-// when they are all in one codec, else eight frames (one byte of the
-// bitmap) at a time.
-func (c *channel) decode(dst []int16, n int) []int16 {
+// interleave appends the first n frames of l and r to dst as the WAV
+// holds them: each frame the left sample then the right, little-endian
+// 16-bit. It is one pass, and in the usual case (each channel in one
+// codec throughout) one table lookup a sample.
+func interleave(dst []byte, l, r *channel, n int) []byte {
 	k := len(dst)
-	dst = slices.Grow(dst, n)[:k+n]
-	out, in := dst[k:], c.buf[:n]
-	if t := c.uniform(n); t != nil { // the usual case: one codec throughout
-		for i, b := range in {
-			out[i] = t[b]
+	dst = slices.Grow(dst, 4*n)[:k+4*n]
+	out, lb, rb := dst[k:], l.buf[:n], r.buf[:n]
+	if tl, tr := l.uniform(n), r.uniform(n); tl != nil && tr != nil {
+		for i, b := range lb {
+			binary.LittleEndian.PutUint32(out[4*i:], uint32(uint16(tl[b]))|uint32(uint16(tr[rb[i]]))<<16)
 		}
 		return dst
 	}
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		o, g := (*[8]int16)(out[i:i+8]), (*[8]byte)(in[i:i+8])
-		bits := c.alaw[i>>3]
-		if bits == 0 || bits == 0xFF {
-			t := &linear[bits&1]
-			for x := range o {
-				o[x] = t[g[x]]
-			}
-			continue
-		}
-		for x := range o {
-			o[x] = linear[bits>>x&1][g[x]]
-		}
-	}
-	for ; i < n; i++ {
-		out[i] = linear[c.alaw[i>>3]>>(i&7)&1][in[i]]
+	for i, b := range lb {
+		ls := linear[l.alaw[i>>3]>>(i&7)&1][b]
+		rs := linear[r.alaw[i>>3]>>(i&7)&1][rb[i]]
+		binary.LittleEndian.PutUint32(out[4*i:], uint32(uint16(ls))|uint32(uint16(rs))<<16)
 	}
 	return dst
 }
@@ -298,20 +288,20 @@ func (m *mixer) flush(final bool) error {
 // file's bytes are the same).
 func (m *mixer) emit() error { return m.emitN(int(m.written-m.base) &^ 7) }
 
-// scratch holds the decoded samples of one emit; the writer loop reuses
-// one for every recording, so they stay in the cache.
-var scratch = sync.Pool{New: func() any { return new([]int16) }}
+// scratch holds the encoded frames of one emit; the writer loop reuses
+// one for every recording, so it stays in the cache, and the sink writes
+// straight from it.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
-// emitN decodes the first n final frames and hands them to the sink in one
-// write.
+// emitN encodes the first n final frames and hands them to the sink in
+// one write.
 func (m *mixer) emitN(n int) error {
 	if n <= 0 {
 		return nil
 	}
-	sp := scratch.Get().(*[]int16)
-	pcm := m.ch[Left].decode((*sp)[:0], n)
-	pcm = m.ch[Right].decode(pcm, n)
-	err := m.out.WriteStereo(pcm[:n], pcm[n:])
+	sp := scratch.Get().(*[]byte)
+	pcm := interleave((*sp)[:0], &m.ch[Left], &m.ch[Right], n)
+	err := m.out.WritePCM(pcm)
 	*sp = pcm
 	scratch.Put(sp)
 	for i := range m.ch {
