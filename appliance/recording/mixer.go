@@ -74,10 +74,16 @@ var silence = func() (s [1024]byte) {
 }()
 
 // grow extends the channel with silence to n frames.
-func (c *channel) grow(n int) {
+func (c *channel) grow(n int) { c.extend(n, n) }
+
+// extend makes the channel at least n frames long for a write of frames
+// [from, n): the frames it adds before from are silence, those from on
+// are left for the caller to write (they are not cleared, and the A-law
+// bits of every frame added are clear).
+func (c *channel) extend(from, n int) {
 	if old := len(c.buf); n > old {
 		c.buf = slices.Grow(c.buf, n-old)[:n]
-		for tail := c.buf[old:]; len(tail) > 0; {
+		for tail := c.buf[old:max(old, min(from, n))]; len(tail) > 0; {
 			tail = tail[copy(tail, silence[:]):]
 		}
 	}
@@ -181,7 +187,7 @@ func (c *channel) drop(n int) {
 // safe for concurrent use.
 type mixer struct {
 	rate    int
-	t0      time.Time
+	t0ns    int64 // the start, Unix nanoseconds
 	written int64 // frames final: nothing more is placed before this one
 	base    int64 // frames handed to out; ch[i].buf[0] is frame base
 	ch      [2]channel
@@ -192,26 +198,35 @@ type mixer struct {
 }
 
 func newMixer(out frameSink, rate int, t0 time.Time) *mixer {
-	return &mixer{rate: rate, t0: t0, out: out,
+	return &mixer{rate: rate, t0ns: t0.UnixNano(), out: out,
 		maxLag: int(MaxDrift.Seconds() * float64(rate)),
 		window: int(reorderWindow.Seconds() * float64(rate)),
 		tol:    int64(reanchorAfter.Seconds() * float64(rate))}
 }
 
 // wallPos is the frame position of instant t.
-func (m *mixer) wallPos(t time.Time) int64 {
-	return int64(t.Sub(m.t0)) * int64(m.rate) / int64(time.Second)
+func (m *mixer) wallPos(t time.Time) int64 { return m.wallPosNano(t.UnixNano()) }
+
+// wallPosNano is the frame position of the instant at Unix nanoseconds
+// ns.
+func (m *mixer) wallPosNano(ns int64) int64 {
+	return (ns - m.t0ns) * int64(m.rate) / int64(time.Second)
 }
 
-// packet places one RTP packet received from side's party. Payloads other
-// than G.711 (telephone-event, comfort noise) are not audio and are
-// skipped.
+// packet places one RTP packet received from side's party at instant at.
 func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time) error {
+	return m.packetNano(side, h, payload, at.UnixNano())
+}
+
+// packetNano places one RTP packet received from side's party at Unix
+// nanoseconds at. Payloads other than G.711 (telephone-event, comfort
+// noise) are not audio and are skipped.
+func (m *mixer) packetNano(side int, h rtpcore.Header, payload []byte, at int64) error {
 	if (h.PayloadType != rtpcore.PayloadPCMA && h.PayloadType != rtpcore.PayloadPCMU) || len(payload) == 0 {
 		return nil
 	}
 	c := &m.ch[side]
-	wall := m.wallPos(at)
+	wall := m.wallPosNano(at)
 	pos := wall
 	if c.started && c.ssrc == h.SSRC {
 		pos = c.anchorPos + int64(int32(h.Timestamp-c.anchorTS))
@@ -241,7 +256,7 @@ func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
 	}
 	idx += m.written - m.base
 	end := int(idx) + len(g711)
-	c.grow(end)
+	c.extend(int(idx), end)
 	copy(c.buf[idx:], g711)
 	c.mark(int(idx), end, pt == rtpcore.PayloadPCMA)
 }

@@ -245,9 +245,9 @@ func (r *Recorder) drain(write bool) {
 	for side := range r.taps {
 		got := r.taps[side].swap(r.spare[side])
 		if r.err == nil {
-			got.each(func(h rtpcore.Header, payload []byte, at time.Time) {
+			got.each(func(h rtpcore.Header, payload []byte, at int64) {
 				if r.err == nil {
-					r.err = r.mix.packet(side, h, payload, at)
+					r.err = r.mix.packetNano(side, h, payload, at)
 				}
 			})
 		}
