@@ -244,12 +244,13 @@ func (s *Store) loop() {
 func (r *Recorder) drain(write bool) {
 	for side := range r.taps {
 		got := r.taps[side].swap(r.spare[side])
-		if r.err == nil {
-			got.each(func(h rtpcore.Header, payload []byte, at int64) {
-				if r.err == nil {
-					r.err = r.mix.packetNano(side, h, payload, at)
-				}
-			})
+		for d := got.data; r.err == nil; {
+			h, payload, at, rest, ok := nextRecord(d)
+			if !ok {
+				break
+			}
+			r.err = r.mix.packetNano(side, h, payload, at)
+			d = rest
 		}
 		r.spare[side] = got
 	}

@@ -81,14 +81,14 @@ func (b *tapBuffer) swap(spare batch) batch {
 	return out
 }
 
-// each calls f for every packet of the batch, in arrival order, with its
-// arrival in Unix nanoseconds.
-func (bt *batch) each(f func(h rtpcore.Header, payload []byte, at int64)) {
-	for d := bt.data; len(d) >= recordHeader; {
-		n := int(binary.LittleEndian.Uint16(d[recLen:]))
-		h := rtpcore.Header{PayloadType: d[recPT], Timestamp: binary.LittleEndian.Uint32(d[recTS:]), SSRC: binary.LittleEndian.Uint32(d[recSSRC:])}
-		at := int64(binary.LittleEndian.Uint64(d[recAt:]))
-		f(h, d[recordHeader:recordHeader+n], at)
-		d = d[recordHeader+n:]
+// nextRecord returns the first packet of d, a batch's data (its header,
+// payload and arrival in Unix nanoseconds), and the rest of d; ok is
+// false when d holds no more.
+func nextRecord(d []byte) (h rtpcore.Header, payload []byte, at int64, rest []byte, ok bool) {
+	if len(d) < recordHeader {
+		return h, nil, 0, nil, false
 	}
+	n := recordHeader + int(binary.LittleEndian.Uint16(d[recLen:]))
+	h = rtpcore.Header{PayloadType: d[recPT], Timestamp: binary.LittleEndian.Uint32(d[recTS:]), SSRC: binary.LittleEndian.Uint32(d[recSSRC:])}
+	return h, d[recordHeader:n], int64(binary.LittleEndian.Uint64(d[recAt:])), d[n:], true
 }
