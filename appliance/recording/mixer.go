@@ -37,7 +37,7 @@ type frameSink interface {
 
 // channel is one direction's audio not yet written out, kept as G.711
 // bytes (half the memory of samples, which matters with hundreds of
-// recordings each touching its window every 20 ms) and decoded only when
+// recordings each touching its window every drain) and decoded only when
 // written: buf[i] is the byte of frame mixer.base+i, A-law when bit i of
 // alaw is set and µ-law otherwise; silence is µ-law 0xFF (sample 0). Bits
 // past len(buf) are always clear.
@@ -182,9 +182,9 @@ func (c *channel) drop(n int) {
 // have them: losses, gaps and reordering within the window become silence
 // or fill it, and a direction more than MaxDrift behind the other is padded
 // with silence. Which frames are final is decided packet by packet, but
-// they are taken out only by take or emit (once per FlushEvery, in one
-// write), so the output does not depend on how often that happens. It is
-// not safe for concurrent use.
+// they are handed to the sink only by emit (once per drain, in one write),
+// so the output does not depend on how often emit is called. It is not
+// safe for concurrent use.
 type mixer struct {
 	rate    int
 	t0ns    int64 // the start, Unix nanoseconds
@@ -308,24 +308,6 @@ func (m *mixer) emit() error { return m.emitN(int(m.written-m.base) &^ 7) }
 // straight from it.
 var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
-// take appends the final frames (in whole bytes of the channels' A-law
-// bitmaps: up to 7 frames wait for the next take; the file's bytes are
-// the same) to dst, encoded as the WAV holds them, and drops them.
-func (m *mixer) take(dst []byte) []byte { return m.takeN(dst, int(m.written-m.base)&^7) }
-
-// takeN appends the first n final frames to dst, encoded, and drops them.
-func (m *mixer) takeN(dst []byte, n int) []byte {
-	if n <= 0 {
-		return dst
-	}
-	dst = interleave(dst, &m.ch[Left], &m.ch[Right], n)
-	for i := range m.ch {
-		m.ch[i].drop(n)
-	}
-	m.base += int64(n)
-	return dst
-}
-
 // emitN encodes the first n final frames and hands them to the sink in
 // one write.
 func (m *mixer) emitN(n int) error {
@@ -333,10 +315,14 @@ func (m *mixer) emitN(n int) error {
 		return nil
 	}
 	sp := scratch.Get().(*[]byte)
-	pcm := m.takeN((*sp)[:0], n)
+	pcm := interleave((*sp)[:0], &m.ch[Left], &m.ch[Right], n)
 	err := m.out.WritePCM(pcm)
 	*sp = pcm
 	scratch.Put(sp)
+	for i := range m.ch {
+		m.ch[i].drop(n)
+	}
+	m.base += int64(n)
 	return err
 }
 

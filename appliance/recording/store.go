@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -36,11 +35,13 @@ type Options struct {
 	// CursorKey signs listing cursors; empty means a random key (cursors
 	// then do not survive a restart).
 	CursorKey []byte
-	// QueueSize is how many packets per direction (of 20 ms) may wait for
-	// the writer beyond what the mixer holds anyway (the reorder window,
-	// the drift allowance, a FlushEvery) before the tap drops them; 0
-	// means 250 (5 s).
+	// QueueSize is how many packets per direction may wait for the writer
+	// before the tap drops them; 0 means 250 (5 s of 20 ms packets).
 	QueueSize int
+	// DrainEvery is how often the writer takes the queued packets (in a
+	// batch, so the relay does not wake it for every packet); 0 means
+	// 200 ms.
+	DrainEvery time.Duration
 	// FlushEvery is how often audio is handed to the kernel (so a killed
 	// process loses little more than this); 0 means 400 ms.
 	FlushEvery time.Duration
@@ -88,6 +89,9 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if opts.QueueSize <= 0 {
 		opts.QueueSize = 250
 	}
+	if opts.DrainEvery <= 0 {
+		opts.DrainEvery = 200 * time.Millisecond
+	}
 	if opts.FlushEvery <= 0 {
 		opts.FlushEvery = 400 * time.Millisecond
 	}
@@ -121,7 +125,7 @@ type Recorder struct {
 	s     *Store
 	wav   string
 	meta  string
-	taps  [2]*sideTap
+	taps  [2]*tapBuffer
 	untap [2]func()
 	slice int // which of the writer loop's slices serves it
 	idx   int // its index in that slice, -1 once stopped; guarded by s.mu
@@ -130,18 +134,11 @@ type Recorder struct {
 	sc        Sidecar
 	f         *os.File
 	w         *rtpcore.WAVWriter
+	mix       *mixer
 	lastFlush time.Time
+	spare     [2]batch
 	stopped   bool
 	err       error
-
-	// mixMu guards mix between the relay (the taps place each packet as
-	// it comes) and the writer (which takes the final frames); Stop's
-	// finishing sets mixDone and has the mixer to itself from then on.
-	mixMu     sync.Mutex
-	mix       *mixer
-	mixDone   bool
-	maxFrames int // a side's frames the mixer may hold before packets are dropped
-	dropped   atomic.Uint64
 }
 
 // Start begins recording the call described by sc (id, tenant, who; Start
@@ -178,9 +175,8 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	}
 	r.f = f
 	r.mix = newMixer(r.w, sampleRate, at)
-	r.maxFrames = r.mix.maxLag + r.mix.window + int(s.opts.FlushEvery.Seconds()*sampleRate) + s.opts.QueueSize*sampleRate/50
 	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
-		r.taps[i] = &sideTap{r: r, side: i}
+		r.taps[i] = &tapBuffer{max: s.opts.QueueSize}
 		r.untap[i] = leg.AddInTap(r.taps[i])
 	}
 	s.mu.Lock()
@@ -198,21 +194,21 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	return r, nil
 }
 
-// drainSlices spreads the writer's work: every FlushEvery/drainSlices it
-// serves one slice of the running recordings, so each is written every
-// FlushEvery and the relay never competes with one burst for them all
+// drainSlices spreads the writer's work: every DrainEvery/drainSlices it
+// serves one slice of the running recordings, so each is drained every
+// DrainEvery and the relay never competes with one burst for them all
 // (with 500 calls, a slice is a dozen recordings, a fraction of a
 // millisecond's work).
 const drainSlices = 40
 
-// loop is the one writer of every running recording: each FlushEvery it
-// hands a recording's final audio to the kernel, so a killed process
-// loses little; the relay places the packets in the mixers as they come
-// and never wakes it. The header's sizes are patched only at the end;
+// loop is the one writer of every running recording: it takes what the
+// taps collected (in batches, so the relay never wakes a writer per
+// packet) and hands audio to the kernel each FlushEvery, so a killed
+// process loses little. The header's sizes are patched only at the end;
 // recovery repairs them after a crash. It ends when no recording runs.
 func (s *Store) loop() {
 	defer s.wg.Done()
-	tick := time.NewTicker(max(s.opts.FlushEvery/drainSlices, time.Millisecond))
+	tick := time.NewTicker(max(s.opts.DrainEvery/drainSlices, time.Millisecond))
 	defer tick.Stop()
 	var rs []*Recorder
 	for n := 0; ; n++ {
@@ -229,29 +225,38 @@ func (s *Store) loop() {
 		for _, r := range rs {
 			r.mu.Lock()
 			if !r.stopped {
-				r.write()
-				r.lastFlush = now
+				flush := now.Sub(r.lastFlush) >= s.opts.FlushEvery
+				r.drain(flush)
+				if flush {
+					r.lastFlush = now
+				}
 			}
 			r.mu.Unlock()
 		}
 	}
 }
 
-// write hands the audio final so far to the file in one write: encoded
-// under mixMu (a few microseconds the relay may wait for) in a scratch
-// shared by every recording, so neither the encoding nor the kernel's
-// copy touches memory of the recording's own, and written after, so the
-// relay never waits for the disk; r.mu is held.
-func (r *Recorder) write() {
-	sp := scratch.Get().(*[]byte)
-	r.mixMu.Lock()
-	pcm := r.mix.take((*sp)[:0])
-	r.mixMu.Unlock()
-	if r.err == nil && len(pcm) > 0 {
-		r.err = r.w.WritePCM(pcm)
+// drain takes the packets the taps collected since the last drain into
+// the mixer and, when write is set, hands the audio final so far to the
+// file in one write (encoded in a scratch shared by every recording, so
+// neither the encoding nor the kernel's copy touches memory of the
+// recording's own); r.mu is held.
+func (r *Recorder) drain(write bool) {
+	for side := range r.taps {
+		got := r.taps[side].swap(r.spare[side])
+		for d := got.data; r.err == nil; {
+			h, payload, at, rest, ok := nextRecord(d)
+			if !ok {
+				break
+			}
+			r.err = r.mix.packetNano(side, h, payload, at)
+			d = rest
+		}
+		r.spare[side] = got
 	}
-	*sp = pcm
-	scratch.Put(sp)
+	if r.err == nil && write {
+		r.err = r.mix.emit()
+	}
 }
 
 // Stop ends the recording at instant end, with final's word on the call
@@ -279,11 +284,9 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 		defer s.wg.Done()
 		r.mu.Lock()
 		r.stopped = true
-		r.mixMu.Lock()
-		r.mixDone = true // the relay leaves the mixer alone from now on
-		r.mixMu.Unlock()
 		r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
 		r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
+		r.drain(false)
 		err := errors.Join(r.err, r.finish(end))
 		sc := r.sc
 		r.mu.Unlock()
@@ -301,7 +304,7 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 // Dropped is the number of packets the taps dropped because the writer
 // lagged.
 func (r *Recorder) Dropped() uint64 {
-	return r.dropped.Load()
+	return r.taps[Left].dropped.Load() + r.taps[Right].dropped.Load()
 }
 
 // finish finalises the header, fsyncs, moves the WAV to its day directory
