@@ -268,6 +268,29 @@ func (w *WAVWriter) writeStereoRun(left, right []int16) error {
 	return nil
 }
 
+// WritePCM writes frames already encoded as the file holds them:
+// interleaved little-endian 16-bit samples, len(p) a multiple of the frame
+// size. Audio still buffered goes first; p itself goes straight to the
+// underlying writer in one write, without being copied, for a caller
+// that encodes many writers' audio in one scratch of its own.
+func (w *WAVWriter) WritePCM(p []byte) error {
+	if w.closed {
+		return ErrClosed
+	}
+	if len(p)%(2*w.channels) != 0 {
+		return fmt.Errorf("wav write: %d bytes for %d channels", len(p), w.channels)
+	}
+	if err := w.bw.Flush(); err != nil {
+		return fmt.Errorf("wav write: %w", err)
+	}
+	n, err := w.w.Write(p)
+	w.data += int64(n)
+	if err != nil {
+		return fmt.Errorf("wav write: %w", err)
+	}
+	return nil
+}
+
 // WriteSamples writes interleaved samples (len a multiple of the channel
 // count).
 func (w *WAVWriter) WriteSamples(samples []int16) error {

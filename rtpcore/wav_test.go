@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -222,5 +223,49 @@ func TestWAVFlushDataWritesAudioNotSizes(t *testing.T) {
 	b, _ = os.ReadFile(path)
 	if binary.LittleEndian.Uint32(b[40:]) != 12 {
 		t.Errorf("after Close: data size %d", binary.LittleEndian.Uint32(b[40:]))
+	}
+}
+
+// WritePCM's frames land after what WriteStereo buffered, reach the file
+// at once (nothing of them is left buffered), count in the sizes, and a
+// run of partial frames is refused.
+func TestWAVWritePCMGoesStraightToTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.wav")
+	w, err := CreateWAV(path, 8000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteStereo([]int16{1}, []int16{-1}); err != nil {
+		t.Fatal(err)
+	}
+	pcm := binary.LittleEndian.AppendUint16(nil, 2)
+	pcm = binary.LittleEndian.AppendUint16(pcm, uint16(0xFFFE)) // -2
+	pcm = binary.LittleEndian.AppendUint16(pcm, 3)
+	pcm = binary.LittleEndian.AppendUint16(pcm, uint16(0xFFFD)) // -3
+	if err := w.WritePCM(pcm); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); len(b) != 44+12 || w.Frames() != 3 {
+		t.Errorf("after WritePCM: file %d bytes, %d frames", len(b), w.Frames())
+	}
+	if err := w.WritePCM(pcm[:6]); err == nil {
+		t.Error("a frame and a half accepted")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if _, _, _, _, data := parseWAVHeader(t, b); data != 12 {
+		t.Errorf("data size %d, want 12", data)
+	}
+	var got []int16
+	for i := 44; i+1 < len(b); i += 2 {
+		got = append(got, int16(binary.LittleEndian.Uint16(b[i:])))
+	}
+	if want := []int16{1, -1, 2, -2, 3, -3}; !slices.Equal(got, want) {
+		t.Errorf("samples %v, want %v", got, want)
+	}
+	if err := w.WritePCM(pcm); !errors.Is(err, ErrClosed) {
+		t.Errorf("write after close: %v", err)
 	}
 }

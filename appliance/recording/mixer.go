@@ -1,6 +1,7 @@
 package recording
 
 import (
+	"encoding/binary"
 	"slices"
 	"sync"
 	"time"
@@ -28,9 +29,10 @@ const reanchorAfter = 500 * time.Millisecond
 // none came).
 const reorderWindow = 200 * time.Millisecond
 
-// frameSink takes stereo frames; *rtpcore.WAVWriter is one.
+// frameSink takes stereo frames as a WAV holds them (interleaved,
+// little-endian 16-bit samples, left first); *rtpcore.WAVWriter is one.
 type frameSink interface {
-	WriteStereo(left, right []int16) error
+	WritePCM(frames []byte) error
 }
 
 // channel is one direction's audio not yet written out, kept as G.711
@@ -72,10 +74,16 @@ var silence = func() (s [1024]byte) {
 }()
 
 // grow extends the channel with silence to n frames.
-func (c *channel) grow(n int) {
+func (c *channel) grow(n int) { c.extend(n, n) }
+
+// extend makes the channel at least n frames long for a write of frames
+// [from, n): the frames it adds before from are silence, those from on
+// are left for the caller to write (they are not cleared, and the A-law
+// bits of every frame added are clear).
+func (c *channel) extend(from, n int) {
 	if old := len(c.buf); n > old {
 		c.buf = slices.Grow(c.buf, n-old)[:n]
-		for tail := c.buf[old:]; len(tail) > 0; {
+		for tail := c.buf[old:max(old, min(from, n))]; len(tail) > 0; {
 			tail = tail[copy(tail, silence[:]):]
 		}
 	}
@@ -85,36 +93,24 @@ func (c *channel) grow(n int) {
 	}
 }
 
-// decode appends the samples of the first n frames to dst: in one pass
-// when they are all in one codec, else eight frames (one byte of the
-// bitmap) at a time.
-func (c *channel) decode(dst []int16, n int) []int16 {
+// interleave appends the first n frames of l and r to dst as the WAV
+// holds them: each frame the left sample then the right, little-endian
+// 16-bit. It is one pass, and in the usual case (each channel in one
+// codec throughout) one table lookup a sample.
+func interleave(dst []byte, l, r *channel, n int) []byte {
 	k := len(dst)
-	dst = slices.Grow(dst, n)[:k+n]
-	out, in := dst[k:], c.buf[:n]
-	if t := c.uniform(n); t != nil { // the usual case: one codec throughout
-		for i, b := range in {
-			out[i] = t[b]
+	dst = slices.Grow(dst, 4*n)[:k+4*n]
+	out, lb, rb := dst[k:], l.buf[:n], r.buf[:n]
+	if tl, tr := l.uniform(n), r.uniform(n); tl != nil && tr != nil {
+		for i, b := range lb {
+			binary.LittleEndian.PutUint32(out[4*i:], uint32(uint16(tl[b]))|uint32(uint16(tr[rb[i]]))<<16)
 		}
 		return dst
 	}
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		o, g := (*[8]int16)(out[i:i+8]), (*[8]byte)(in[i:i+8])
-		bits := c.alaw[i>>3]
-		if bits == 0 || bits == 0xFF {
-			t := &linear[bits&1]
-			for x := range o {
-				o[x] = t[g[x]]
-			}
-			continue
-		}
-		for x := range o {
-			o[x] = linear[bits>>x&1][g[x]]
-		}
-	}
-	for ; i < n; i++ {
-		out[i] = linear[c.alaw[i>>3]>>(i&7)&1][in[i]]
+	for i, b := range lb {
+		ls := linear[l.alaw[i>>3]>>(i&7)&1][b]
+		rs := linear[r.alaw[i>>3]>>(i&7)&1][rb[i]]
+		binary.LittleEndian.PutUint32(out[4*i:], uint32(uint16(ls))|uint32(uint16(rs))<<16)
 	}
 	return dst
 }
@@ -191,7 +187,7 @@ func (c *channel) drop(n int) {
 // safe for concurrent use.
 type mixer struct {
 	rate    int
-	t0      time.Time
+	t0ns    int64 // the start, Unix nanoseconds
 	written int64 // frames final: nothing more is placed before this one
 	base    int64 // frames handed to out; ch[i].buf[0] is frame base
 	ch      [2]channel
@@ -202,26 +198,35 @@ type mixer struct {
 }
 
 func newMixer(out frameSink, rate int, t0 time.Time) *mixer {
-	return &mixer{rate: rate, t0: t0, out: out,
+	return &mixer{rate: rate, t0ns: t0.UnixNano(), out: out,
 		maxLag: int(MaxDrift.Seconds() * float64(rate)),
 		window: int(reorderWindow.Seconds() * float64(rate)),
 		tol:    int64(reanchorAfter.Seconds() * float64(rate))}
 }
 
 // wallPos is the frame position of instant t.
-func (m *mixer) wallPos(t time.Time) int64 {
-	return int64(t.Sub(m.t0)) * int64(m.rate) / int64(time.Second)
+func (m *mixer) wallPos(t time.Time) int64 { return m.wallPosNano(t.UnixNano()) }
+
+// wallPosNano is the frame position of the instant at Unix nanoseconds
+// ns.
+func (m *mixer) wallPosNano(ns int64) int64 {
+	return (ns - m.t0ns) * int64(m.rate) / int64(time.Second)
 }
 
-// packet places one RTP packet received from side's party. Payloads other
-// than G.711 (telephone-event, comfort noise) are not audio and are
-// skipped.
+// packet places one RTP packet received from side's party at instant at.
 func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time) error {
+	return m.packetNano(side, h, payload, at.UnixNano())
+}
+
+// packetNano places one RTP packet received from side's party at Unix
+// nanoseconds at. Payloads other than G.711 (telephone-event, comfort
+// noise) are not audio and are skipped.
+func (m *mixer) packetNano(side int, h rtpcore.Header, payload []byte, at int64) error {
 	if (h.PayloadType != rtpcore.PayloadPCMA && h.PayloadType != rtpcore.PayloadPCMU) || len(payload) == 0 {
 		return nil
 	}
 	c := &m.ch[side]
-	wall := m.wallPos(at)
+	wall := m.wallPosNano(at)
 	pos := wall
 	if c.started && c.ssrc == h.SSRC {
 		pos = c.anchorPos + int64(int32(h.Timestamp-c.anchorTS))
@@ -251,7 +256,7 @@ func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
 	}
 	idx += m.written - m.base
 	end := int(idx) + len(g711)
-	c.grow(end)
+	c.extend(int(idx), end)
 	copy(c.buf[idx:], g711)
 	c.mark(int(idx), end, pt == rtpcore.PayloadPCMA)
 }
@@ -298,20 +303,20 @@ func (m *mixer) flush(final bool) error {
 // file's bytes are the same).
 func (m *mixer) emit() error { return m.emitN(int(m.written-m.base) &^ 7) }
 
-// scratch holds the decoded samples of one emit; the writer loop reuses
-// one for every recording, so they stay in the cache.
-var scratch = sync.Pool{New: func() any { return new([]int16) }}
+// scratch holds the encoded frames of one emit; the writer loop reuses
+// one for every recording, so it stays in the cache, and the sink writes
+// straight from it.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
 
-// emitN decodes the first n final frames and hands them to the sink in one
-// write.
+// emitN encodes the first n final frames and hands them to the sink in
+// one write.
 func (m *mixer) emitN(n int) error {
 	if n <= 0 {
 		return nil
 	}
-	sp := scratch.Get().(*[]int16)
-	pcm := m.ch[Left].decode((*sp)[:0], n)
-	pcm = m.ch[Right].decode(pcm, n)
-	err := m.out.WriteStereo(pcm[:n], pcm[n:])
+	sp := scratch.Get().(*[]byte)
+	pcm := interleave((*sp)[:0], &m.ch[Left], &m.ch[Right], n)
+	err := m.out.WritePCM(pcm)
 	*sp = pcm
 	scratch.Put(sp)
 	for i := range m.ch {

@@ -3,6 +3,7 @@ package recording
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,9 +18,14 @@ import (
 // frames collects what the mixer writes.
 type frames struct{ l, r []int16 }
 
-func (f *frames) WriteStereo(l, r []int16) error {
-	f.l = append(f.l, l...)
-	f.r = append(f.r, r...)
+func (f *frames) WritePCM(p []byte) error {
+	if len(p)%4 != 0 {
+		return fmt.Errorf("%d bytes: not whole frames", len(p))
+	}
+	for ; len(p) > 0; p = p[4:] {
+		f.l = append(f.l, int16(binary.LittleEndian.Uint16(p)))
+		f.r = append(f.r, int16(binary.LittleEndian.Uint16(p[2:])))
+	}
 	return nil
 }
 

@@ -225,9 +225,9 @@ func (s *Store) loop() {
 		for _, r := range rs {
 			r.mu.Lock()
 			if !r.stopped {
-				r.drain()
-				if r.err == nil && now.Sub(r.lastFlush) >= s.opts.FlushEvery {
-					r.err = r.w.FlushData()
+				flush := now.Sub(r.lastFlush) >= s.opts.FlushEvery
+				r.drain(flush)
+				if flush {
 					r.lastFlush = now
 				}
 			}
@@ -236,21 +236,25 @@ func (s *Store) loop() {
 	}
 }
 
-// drain writes the packets the taps collected since the last drain; r.mu
-// is held.
-func (r *Recorder) drain() {
+// drain takes the packets the taps collected since the last drain into
+// the mixer and, when write is set, hands the audio final so far to the
+// file in one write (encoded in a scratch shared by every recording, so
+// neither the encoding nor the kernel's copy touches memory of the
+// recording's own); r.mu is held.
+func (r *Recorder) drain(write bool) {
 	for side := range r.taps {
 		got := r.taps[side].swap(r.spare[side])
-		if r.err == nil {
-			got.each(func(h rtpcore.Header, payload []byte, at time.Time) {
-				if r.err == nil {
-					r.err = r.mix.packet(side, h, payload, at)
-				}
-			})
+		for d := got.data; r.err == nil; {
+			h, payload, at, rest, ok := nextRecord(d)
+			if !ok {
+				break
+			}
+			r.err = r.mix.packetNano(side, h, payload, at)
+			d = rest
 		}
 		r.spare[side] = got
 	}
-	if r.err == nil {
+	if r.err == nil && write {
 		r.err = r.mix.emit()
 	}
 }
@@ -282,7 +286,7 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 		r.stopped = true
 		r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
 		r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
-		r.drain()
+		r.drain(false)
 		err := errors.Join(r.err, r.finish(end))
 		sc := r.sc
 		r.mu.Unlock()

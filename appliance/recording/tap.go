@@ -1,19 +1,20 @@
 package recording
 
 import (
+	"encoding/binary"
+	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"pbx/rtpcore"
 )
 
 // tapBuffer collects what one party sends, for the writer loop: the relay
-// appends each packet's payload under a short lock, without allocating
-// once the buffers have grown to their working size and without waking
-// anyone; the writer swaps the buffer for its spare every DrainEvery.
-// Past max packets waiting, packets are dropped and counted rather than
-// holding up the relay.
+// appends each packet under a short lock, without allocating once the
+// buffers have grown to their working size and without waking anyone;
+// the writer swaps the buffer for its spare every DrainEvery. Past max
+// packets waiting, packets are dropped and counted rather than holding up
+// the relay.
 type tapBuffer struct {
 	mu      sync.Mutex
 	cur     batch
@@ -21,19 +22,25 @@ type tapBuffer struct {
 	dropped atomic.Uint64
 }
 
-// batch is a run of packets: their payloads one after another in data.
+// batch is a run of packets, one record after another in data: a
+// recordHeader (payload length, payload type, RTP timestamp and SSRC,
+// arrival in Unix nanoseconds) and then the payload, so that the relay
+// writes one run of memory a packet.
 type batch struct {
-	meta []pktMeta
+	n    int // packets
 	data []byte
 }
 
-type pktMeta struct {
-	off, n int32
-	at     int64 // arrival, Unix nanoseconds
-	ts     uint32
-	ssrc   uint32
-	pt     uint8
-}
+// Layout of a record's header in a batch (little-endian).
+const (
+	recLen  = 0  // uint16 payload length
+	recPT   = 2  // uint8 payload type
+	recTS   = 3  // uint32 RTP timestamp
+	recSSRC = 7  // uint32 SSRC
+	recAt   = 11 // int64 arrival, Unix nanoseconds
+
+	recordHeader = 19
+)
 
 // TapRTP keeps what the party sent (In), never what the PBX sends or plays
 // to it.
@@ -42,22 +49,31 @@ func (b *tapBuffer) TapRTP(p *rtpcore.Packet) {
 		return
 	}
 	pl := p.Payload()
+	at := p.At.UnixNano()
 	b.mu.Lock()
-	if len(b.cur.meta) >= b.max {
+	if b.cur.n >= b.max || len(pl) > 0xFFFF {
 		b.mu.Unlock()
 		b.dropped.Add(1)
 		return
 	}
-	off := len(b.cur.data)
-	b.cur.data = append(b.cur.data, pl...)
-	b.cur.meta = append(b.cur.meta, pktMeta{off: int32(off), n: int32(len(pl)), at: p.At.UnixNano(), ts: p.Header.Timestamp, ssrc: p.Header.SSRC, pt: p.Header.PayloadType})
+	b.cur.n++
+	k := len(b.cur.data)
+	d := slices.Grow(b.cur.data, recordHeader+len(pl))[:k+recordHeader+len(pl)]
+	h := d[k : k+recordHeader]
+	binary.LittleEndian.PutUint16(h[recLen:], uint16(len(pl)))
+	h[recPT] = p.Header.PayloadType
+	binary.LittleEndian.PutUint32(h[recTS:], p.Header.Timestamp)
+	binary.LittleEndian.PutUint32(h[recSSRC:], p.Header.SSRC)
+	binary.LittleEndian.PutUint64(h[recAt:], uint64(at))
+	copy(d[k+recordHeader:], pl)
+	b.cur.data = d
 	b.mu.Unlock()
 }
 
 // swap returns the packets collected so far and collects into spare's
 // storage from now on.
 func (b *tapBuffer) swap(spare batch) batch {
-	spare.meta, spare.data = spare.meta[:0], spare.data[:0]
+	spare.n, spare.data = 0, spare.data[:0]
 	b.mu.Lock()
 	out := b.cur
 	b.cur = spare
@@ -65,9 +81,14 @@ func (b *tapBuffer) swap(spare batch) batch {
 	return out
 }
 
-// each calls f for every packet of the batch, in arrival order.
-func (bt *batch) each(f func(h rtpcore.Header, payload []byte, at time.Time)) {
-	for _, m := range bt.meta {
-		f(rtpcore.Header{PayloadType: m.pt, Timestamp: m.ts, SSRC: m.ssrc}, bt.data[m.off:m.off+m.n], time.Unix(0, m.at))
+// nextRecord returns the first packet of d, a batch's data (its header,
+// payload and arrival in Unix nanoseconds), and the rest of d; ok is
+// false when d holds no more.
+func nextRecord(d []byte) (h rtpcore.Header, payload []byte, at int64, rest []byte, ok bool) {
+	if len(d) < recordHeader {
+		return h, nil, 0, nil, false
 	}
+	n := recordHeader + int(binary.LittleEndian.Uint16(d[recLen:]))
+	h = rtpcore.Header{PayloadType: d[recPT], Timestamp: binary.LittleEndian.Uint32(d[recTS:]), SSRC: binary.LittleEndian.Uint32(d[recSSRC:])}
+	return h, d[recordHeader:n], int64(binary.LittleEndian.Uint64(d[recAt:])), d[n:], true
 }
