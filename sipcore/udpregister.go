@@ -198,7 +198,9 @@ func newRegisterCache(max int) *registerCache {
 
 // begin looks key up: seen reports a REGISTER already handled or being
 // handled (res is its response, nil while it is handled); otherwise the
-// REGISTER is recorded as being handled, unless the cache is full.
+// REGISTER is recorded as being handled, unless the cache is full of
+// REGISTERs of the current generation (full: the older one is dropped early
+// instead when that makes room).
 func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -210,7 +212,15 @@ func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen,
 		return e.res, e.dst, true, false
 	}
 	if len(c.cur)+len(c.prev) >= c.max {
-		return nil, netip.AddrPort{}, false, true
+		if len(c.prev) == 0 || len(c.cur) >= c.max {
+			return nil, netip.AddrPort{}, false, true
+		}
+		// Room goes to the new REGISTER before the older generation's
+		// answers: they were kept at least one linger, and a retransmission
+		// of one of them is merely handled anew. Shedding a REGISTER the
+		// workers have time for because the cache of answered ones is
+		// full would refuse service at a rate the PBX sustains.
+		c.prev = nil
 	}
 	c.cur[key] = &cachedResponse{}
 	if c.timer == nil {
