@@ -633,7 +633,7 @@ func BenchmarkConcurrentCallsRelay(b *testing.B) {
 		fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_hold.xml", "-inf", "alice.csv",
 		"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
 		"-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n), "-d", strconv.Itoa(int(hold/time.Millisecond)),
-		"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+		"-recv_timeout", "10000", "-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(streamMediaPort(b)), "-t", "u1")
 	answered := func() int { return countMarkers(p.dataDir) }
 	// SIPp itself may set calls up more slowly than asked when it streams
 	// hundreds of calls' RTP at once; every call must be up 6s (settling and

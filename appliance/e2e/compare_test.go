@@ -543,7 +543,7 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 	uac := startSIPpLoad(b, dir, "uac", hold+ramp+2*time.Minute, s.addr, "-sf", "bench_uac_hold.xml", "-inf", "alice.csv",
 		"-s", "101", "-auth_uri", "101@"+s.addr, "-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
 		"-d", strconv.Itoa(int(hold/time.Millisecond)), "-recv_timeout", "10000",
-		"-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(freePort(b)), "-t", "u1")
+		"-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(streamMediaPort(b)), "-t", "u1")
 	upWithin := hold - window - 3*time.Second
 	deadline := time.Now().Add(upWithin)
 	for answeredCalls(filepath.Join(dir, "uac.stat.csv")) < n {

@@ -2,9 +2,30 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"testing"
 )
+
+// streamMediaPort returns a free UDP port on 127.0.0.1 for the -mp of a
+// SIPp caller whose SDP offers [auto_media_port]: SIPp 3.6 advertises
+// media_port + 4*(call-1) mod 10000 for each call, so the base must leave
+// 10,000 ports below 65536 (freePort's ports, 61000 and up, made every call
+// past about the 550th offer a port over 65535, answered 488).
+func streamMediaPort(t testing.TB) int {
+	t.Helper()
+	for p := 40000 + (os.Getpid()%500)*20; p < 55000; p += 2 {
+		c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		c.Close()
+		return p
+	}
+	t.Fatal("no free media port for SIPp below 55000")
+	return 0
+}
 
 // writeRTPAudio writes n 20 ms packets' worth (160 bytes each) of raw A-law
 // audio for SIPp's rtp_stream action (`<exec rtp_stream="file,1,8"/>`), which
