@@ -390,7 +390,8 @@ const nonceSweepEvery = 2 * time.Second
 const rebuildFloor = 1024
 
 // sweep drops the expired entries of sh, and copies the live ones into a
-// fresh map when they are under a quarter of the most it held. The
+// fresh map when they are under half the most it held (the copies
+// after a load then cost at most twice its live entries). The
 // caller holds sh.mu. It costs one pass over the shard (at most
 // shardCap entries, 32,768 by default).
 func (sh *ncShard) sweep(nowS int64) {
@@ -401,7 +402,7 @@ func (sh *ncShard) sweep(nowS int64) {
 			delete(sh.m, k)
 		}
 	}
-	if sh.high < rebuildFloor || len(sh.m) >= sh.high/4 {
+	if sh.high < rebuildFloor || len(sh.m) >= sh.high/2 {
 		return
 	}
 	m := make(map[nonceKey]ncEntry, len(sh.m)) // maps.Clone keeps the capacity

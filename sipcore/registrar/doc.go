@@ -19,7 +19,7 @@
 // (MaxTrackedNonces): when full, a nonce cannot be reused and the client is
 // simply challenged again. A timer sweeps expired nonces every 2 s while
 // any are tracked (so the table empties once a load ends) and copies a
-// shard into a fresh map when it holds under a quarter of its high-water
+// shard into a fresh map when it holds under half its high-water
 // mark (Go maps never shrink).
 //
 // Bindings: several contacts per account up to its maxContacts (default 5).

@@ -48,7 +48,7 @@ func TestNonceTableSweptWithoutInserts(t *testing.T) {
 	}
 }
 
-// A shard whose live entries fall under a quarter of its high-water mark
+// A shard whose live entries fall under half its high-water mark
 // is copied into a fresh map, keeping the live nonces and their counts: a
 // replayed nc still fails after the rebuild.
 func TestNonceTableRebuildKeepsLiveCounts(t *testing.T) {
