@@ -39,4 +39,19 @@ func TestLoadReleaseSteps(t *testing.T) {
 	if got := r.step(10, 5); got != releaseFirst {
 		t.Fatalf("after the new load: %v, want a first release", got)
 	}
+
+	// A tail under releaseFloor (a few hundred cached answers) does not
+	// cancel them: measured in bin/pbx, cancelling at a tenth of the floor
+	// left the nonce table's expiry unreturned 30 s after a REGISTER load.
+	r = loadRelease{}
+	r.step(releaseFloor*40, releaseFloor*4) // the first release: 20,000 answers still cached
+	if got := r.step(releaseFloor*4, releaseFloor/2); got != releaseNone {
+		t.Fatalf("cached tail over the floor: %v", got)
+	}
+	if got := r.step(releaseFloor/2, 0); got != releaseFirst {
+		t.Fatalf("tail over: %v, want a first release", got)
+	}
+	if got := r.step(releaseFloor/2, 0); got != releaseAgain {
+		t.Fatalf("a small tail cancelled the follow-ups: %v", got)
+	}
 }

@@ -209,8 +209,11 @@ func (r *loadRelease) step(peak, now int) releaseAction {
 	if r.followUps == 0 {
 		return releaseNone
 	}
-	if peak >= releaseFloor/10 {
-		// Load again: no collection during it; the next end releases.
+	if peak >= releaseFloor {
+		// Load again (or the tail of the last one, such as REGISTER
+		// answers still cached at the first release): no collection
+		// during it; its end is a first release again, with its own
+		// follow-ups.
 		r.followUps = 0
 		return releaseNone
 	}
