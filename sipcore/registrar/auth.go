@@ -87,7 +87,8 @@ type AuthOptions struct {
 	// MaxTrackedNonces bounds the nc replay table; default
 	// DefaultMaxTrackedNonces.
 	MaxTrackedNonces int
-	// Now is the clock; default time.Now.
+	// Now is the clock; default time.Now. The sweep timer calls it from
+	// its own goroutine: it must be safe for concurrent use.
 	Now func() time.Time
 }
 
