@@ -137,21 +137,30 @@ const releaseEvery = 5 * time.Second
 // after: about 10 MB of heap.
 const releaseFloor = 5000
 
+// releaseFollowUps is how many more times, one releaseEvery apart, the
+// heap is returned after a load's first release: what the load left in
+// tables that expire later (digest nonces tracked 30 s, cached REGISTER
+// answers) is freed after it, and without a collection (none runs while
+// nothing is allocated; GOGC=200 in bin/pbx makes them rarer still) it
+// stays in the process. Five more cover the 25 s after the first release.
+const releaseFollowUps = 5
+
 // releaseAfterLoad returns the heap of a load to the system once it is
 // over. When many requests were in flight at once (open transactions and
 // cached REGISTER answers, at least releaseFloor) and they have ended
-// (fewer than a tenth of that peak remain), it calls debug.FreeOSMemory
-// once: measured after a REGISTER flood that filled the cap, the process
+// (fewer than a tenth of that peak remain), it calls debug.FreeOSMemory:
+// measured after a REGISTER flood that filled the cap, the process
 // held its peak RSS (about 230 MB) 45 s later because no collection ran
 // once allocation stopped (the next forced one is 2 min away) and the
 // scavenger returns memory slowly. A collection costs about as much as one
 // during the load, and happens at most every releaseEvery. Looking every
 // 5 s, a REGISTER load is returned 10 to 15 s after it ends (its answers
-// are cached 5 to 10 s), within the 30 s the issue asks.
+// are cached 5 to 10 s). Then it releases again releaseFollowUps times
+// (see there), unless a new load starts.
 func (s *Server) releaseAfterLoad(ctx context.Context) {
 	t := time.NewTicker(releaseEvery)
 	defer t.Stop()
-	var high int
+	var r loadRelease
 	for {
 		select {
 		case <-ctx.Done():
@@ -160,14 +169,54 @@ func (s *Server) releaseAfterLoad(ctx context.Context) {
 		}
 		peak, now := s.txs.takePeak()
 		cached := s.registers.size()
-		peak, now = peak+cached, now+cached
-		high = max(high, peak)
-		if high < releaseFloor || now > high/10 {
-			continue
+		switch r.step(peak+cached, now+cached) {
+		case releaseFirst:
+			s.txs.compact()
+			debug.FreeOSMemory()
+			s.log.Info("sip load over: memory returned", "peak_in_flight", r.last, "in_flight", now+cached)
+		case releaseAgain:
+			debug.FreeOSMemory()
 		}
-		s.txs.compact()
-		debug.FreeOSMemory()
-		s.log.Info("sip load over: memory returned", "peak_in_flight", high, "in_flight", now)
-		high = 0
 	}
+}
+
+// releaseAction is what loadRelease.step asks for.
+type releaseAction int
+
+const (
+	releaseNone  releaseAction = iota
+	releaseFirst               // a load just ended: compact and release
+	releaseAgain               // a follow-up release after a load
+)
+
+// loadRelease decides, once per releaseEvery, when releaseAfterLoad
+// returns memory. It is its own type so the decision is tested without
+// waiting on the ticker.
+type loadRelease struct {
+	high      int // most in flight since the last release
+	last      int // high at the last first release (for the log)
+	followUps int // follow-up releases left
+}
+
+// step takes the most requests in flight since the previous step and the
+// number in flight now.
+func (r *loadRelease) step(peak, now int) releaseAction {
+	r.high = max(r.high, peak)
+	if r.high >= releaseFloor && now <= r.high/10 {
+		r.last, r.high, r.followUps = r.high, 0, releaseFollowUps
+		return releaseFirst
+	}
+	if r.followUps == 0 {
+		return releaseNone
+	}
+	if peak >= releaseFloor {
+		// Load again (or the tail of the last one, such as REGISTER
+		// answers still cached at the first release): no collection
+		// during it; its end is a first release again, with its own
+		// follow-ups.
+		r.followUps = 0
+		return releaseNone
+	}
+	r.followUps--
+	return releaseAgain
 }

@@ -12,12 +12,15 @@
 // of hashing, so the answers do not reveal which accounts exist.
 //
 // Nonces are stateless: a timestamp, random bytes and an HMAC under a
-// process secret, valid for NonceTTL (one minute by default; then the
-// client gets stale=true and answers the new challenge). Memory is spent
-// only on nonces that authenticated a request (to track nc), so an
+// process secret, valid for NonceTTL (30 s by default, like Asterisk's 32;
+// then the client gets stale=true and answers the new challenge). Memory is
+// spent only on nonces that authenticated a request (to track nc), so an
 // unauthenticated flood cannot grow state, and that table is bounded
 // (MaxTrackedNonces): when full, a nonce cannot be reused and the client is
-// simply challenged again.
+// simply challenged again. A timer sweeps expired nonces every 2 s while
+// any are tracked (so the table empties once a load ends) and copies a
+// shard into a fresh map when it holds under half its high-water
+// mark (Go maps never shrink).
 //
 // Bindings: several contacts per account up to its maxContacts (default 5).
 // When a new contact would exceed the limit the binding that expires soonest

@@ -131,9 +131,9 @@ func TestBindingTarget(t *testing.T) {
 }
 
 func TestNonceExpiresStale(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
+	clock := newFakeClock(time.Unix(1_800_000_000, 0))
 	dir := staticDir{}
-	a, err := NewAuth(AuthOptions{NonceTTL: time.Minute, Now: func() time.Time { return now }}, dir)
+	a, err := NewAuth(AuthOptions{NonceTTL: time.Minute, Now: clock.now}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestNonceExpiresStale(t *testing.T) {
 	if r := a.Check(req, false, "acme.example"); r.Outcome != Authorized {
 		t.Fatalf("fresh: %v", r.Outcome)
 	}
-	now = now.Add(2 * time.Minute)
+	clock.add(2 * time.Minute)
 	req = signedRegister(t, a, nonce, "alice", "pw", 2)
 	if r := a.Check(req, false, "acme.example"); r.Outcome != Challenged || !r.Stale {
 		t.Fatalf("expired: %+v", r)
@@ -268,8 +268,8 @@ func FuzzRegisterContacts(f *testing.F) {
 }
 
 func TestReplayTableIsBounded(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	a, err := NewAuth(AuthOptions{MaxTrackedNonces: ncShards, Now: func() time.Time { return now }}, staticDir{})
+	clock := newFakeClock(time.Unix(1_800_000_000, 0))
+	a, err := NewAuth(AuthOptions{MaxTrackedNonces: ncShards, Now: clock.now}, staticDir{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestReplayTableIsBounded(t *testing.T) {
 		t.Fatalf("accepted %d of 200", accepted)
 	}
 	// Once the nonces expire, room is made again.
-	now = now.Add(2 * DefaultNonceTTL)
+	clock.add(2 * DefaultNonceTTL)
 	nonce := a.newNonce("acme.example")
 	if r := a.Check(signedRegister(t, a, nonce, "alice", "pw", 1), false, "acme.example"); r.Outcome != Authorized {
 		t.Fatalf("after expiry: %+v", r)
