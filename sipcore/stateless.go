@@ -77,8 +77,8 @@ func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 	}
 	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
 	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
+	u.s.stats.refusedOverCap.Add(1) // counted before the answer leaves
 	u.reply(req, res, src)
-	u.s.stats.refusedOverCap.Add(1)
 	u.s.noteOverload()
 	return true
 }

@@ -96,8 +96,10 @@ func (u *udpListener) statelessRegister(data []byte, src netip.AddrPort) bool {
 func (u *udpListener) shed(req *sip.Request, src netip.AddrPort) {
 	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
 	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
-	u.reply(req, res, src)
+	// Counted before the answer leaves, so whoever reads the 503 sees it
+	// counted.
 	u.s.stats.refusedOverCap.Add(1)
+	u.reply(req, res, src)
 	u.s.noteOverload()
 }
 
@@ -145,10 +147,10 @@ func (t *registerTx) Respond(res *sip.Response) error {
 			t.u.s.known.add(netip.AddrPortFrom(t.src.Addr().Unmap(), t.src.Port()))
 		}
 	}
+	t.u.s.stats.statelessRegister.Add(1) // counted before the answer leaves
 	if _, err := t.u.conn.WriteToUDPAddrPort(b, dst); err != nil {
 		return err
 	}
-	t.u.s.stats.statelessRegister.Add(1)
 	return nil
 }
 
