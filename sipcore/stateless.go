@@ -75,12 +75,19 @@ func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 	if !u.s.txs.fullForKnown() && u.s.known.has(netip.AddrPortFrom(src.Addr().Unmap(), src.Port())) {
 		return false
 	}
+	u.shed(req, src)
+	return true
+}
+
+// shed answers 503 with Retry-After to a request the PBX has no room for
+// (past the transaction cap, or a REGISTER its workers cannot take), counted
+// before the answer leaves so whoever reads the 503 sees it counted.
+func (u *udpListener) shed(req *sip.Request, src netip.AddrPort) {
 	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
 	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
-	u.s.stats.refusedOverCap.Add(1) // counted before the answer leaves
+	u.s.stats.refusedOverCap.Add(1)
 	u.reply(req, res, src)
 	u.s.noteOverload()
-	return true
 }
 
 // statelessTag derives a To tag from what identifies the request, so that a

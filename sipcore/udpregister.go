@@ -3,7 +3,6 @@ package sipcore
 import (
 	"bytes"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,17 +89,6 @@ func (u *udpListener) statelessRegister(data []byte, src netip.AddrPort) bool {
 		u.shed(req, src)
 	}
 	return true
-}
-
-// shed answers 503 with Retry-After to a REGISTER the PBX has no room for.
-func (u *udpListener) shed(req *sip.Request, src netip.AddrPort) {
-	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
-	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
-	// Counted before the answer leaves, so whoever reads the 503 sees it
-	// counted.
-	u.s.stats.refusedOverCap.Add(1)
-	u.reply(req, res, src)
-	u.s.noteOverload()
 }
 
 // write sends bytes to dst from the listening socket.
