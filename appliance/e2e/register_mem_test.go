@@ -20,8 +20,9 @@ import (
 // process's proportional set size is sampled every second for
 // PBX_BENCH_REGMEM_AFTER (default 30s). Reports idle_MB (after start),
 // peak_MB (during the load), after_MB (at the end of the wait), after/idle
-// (the target is at most 1.2) and back_s (when memory was first within 20%
-// of idle; -1 when never). With PBX_PPROF set (passed on to the pbx) each
+// (the target is at most 1.2), back_s (when memory was first within 20%
+// of idle; -1 when never) and the pbx's CPU per completed registration
+// during the load. With PBX_PPROF set (passed on to the pbx) each
 // sample's log line also carries the Go runtime's memory classes.
 func BenchmarkSIPpRegisterMemory(b *testing.B) {
 	accounts := benchEnvInt("PBX_BENCH_REGMEM_ACCOUNTS", 2000)
@@ -48,6 +49,7 @@ func BenchmarkSIPpRegisterMemory(b *testing.B) {
 	m.idle = pssKB(b, pids)
 	b.Logf("idle: pss %d kB %s %s", m.idle, pssParts(pids[0]), goMemory())
 	watch := watchMemory(pids, 250*time.Millisecond)
+	cpu0 := cpuTime(b, pids[0])
 	var ok, failed int
 	for _, rate := range rates {
 		n := rate * int(step/time.Second) / procs
@@ -65,6 +67,7 @@ func BenchmarkSIPpRegisterMemory(b *testing.B) {
 			failed += s.Failed
 		}
 	}
+	cpu := cpuTime(b, pids[0]) - cpu0
 	m.peak = watch.end()
 	m.end = pssKB(b, pids)
 	b.Logf("load over: %d ok, %d failed; pss peak %d kB, now %d kB %s", ok, failed, m.peak, m.end, goMemory())
@@ -98,6 +101,9 @@ func BenchmarkSIPpRegisterMemory(b *testing.B) {
 	b.ReportMetric(back, "back_s")
 	b.ReportMetric(float64(ok), "registrations")
 	b.ReportMetric(float64(failed), "failed")
+	// The CPU the load cost, so that a memory setting that trades CPU for
+	// a lower peak (a soft memory limit, a lower GOGC) shows its price.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(ok), "pbx_cpu_us/register")
 }
 
 // pssParts is a process's anonymous and file-backed proportional set sizes
