@@ -70,3 +70,29 @@ func TestCompact(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCompact: one Compact of 100,000 registered accounts (the spec's
+// largest deployment); it runs once after each load, and REGISTERs wait
+// only for its last pass (putting the copies in place).
+func BenchmarkCompact(b *testing.B) {
+	a, err := NewAuth(AuthOptions{}, tenantDir{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := New(Options{Auth: a}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	exp := time.Now().Add(time.Hour)
+	r.mu.Lock()
+	for i := range 100000 {
+		u := fmt.Sprintf("u%06d", i)
+		r.putLocked(Binding{Tenant: "acme", Username: u, Extension: u, Domain: "acme.example",
+			Contact: "sip:" + u + "@10.0.0.1:5060", Transport: "udp", CallID: u + "@10.0.0.1", UserAgent: "bench phone", Expires: exp})
+	}
+	r.mu.Unlock()
+	b.ResetTimer()
+	for range b.N {
+		r.Compact()
+	}
+}
