@@ -96,3 +96,53 @@ func BenchmarkCompact(b *testing.B) {
 		r.Compact()
 	}
 }
+
+// TestCompactDuringRegisters: REGISTERs handled while Compact runs are
+// never lost (an address of record that changed after Compact's copy
+// keeps its new bindings). Run with -race.
+func TestCompactDuringRegisters(t *testing.T) {
+	a, err := NewAuth(AuthOptions{}, tenantDir{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Options{Auth: a}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := a.newNonce("acme.example")
+	const users, rounds, contacts = 50, 20, 3
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range rounds * 5 {
+			r.Compact()
+		}
+	}()
+	seq := uint32(0) // the nonce count and CSeq: one nonce for all
+	last := map[string]uint32{}
+	for round := range rounds {
+		for u := range users {
+			user := fmt.Sprintf("u%d", u)
+			seq++
+			if res := r.register(benchRegister(t, a, nonce, user, 5060+round%contacts, seq)); res.StatusCode != 200 {
+				t.Fatalf("register %s cseq %d: status %d", user, seq, res.StatusCode)
+			}
+			last[user] = seq
+		}
+	}
+	<-done
+	r.Compact()
+	for user, cseq := range last {
+		bs := r.LookupAccount("acme", user)
+		if len(bs) != contacts {
+			t.Fatalf("%s has %d bindings, want %d", user, len(bs), contacts)
+		}
+		found := false
+		for _, b := range bs {
+			found = found || b.CSeq == cseq
+		}
+		if !found {
+			t.Fatalf("%s lost its last REGISTER (CSeq %d): %v", user, cseq, bs)
+		}
+	}
+}
