@@ -196,6 +196,16 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
+	if a.db != nil {
+		// The registrations a load wrote leave the database's pages in the
+		// process's map; they go back with the load's heap.
+		d, dlog := a.db, log.With("component", "db")
+		a.sip.OnLoadOver(func() {
+			if err := d.ReleaseMapped(); err != nil {
+				dlog.Warn("database pages not released", "err", err)
+			}
+		})
+	}
 	if mwi.Enabled(cfg) {
 		mo := mwi.Options{SIP: a.sip, Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess}
 		if a.db != nil {

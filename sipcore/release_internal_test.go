@@ -55,3 +55,17 @@ func TestLoadReleaseSteps(t *testing.T) {
 		t.Fatalf("a small tail cancelled the follow-ups: %v", got)
 	}
 }
+
+// The functions given to OnLoadOver run, in order, each time a load's
+// memory is returned.
+func TestOnLoadOver(t *testing.T) {
+	s := &Server{}
+	var got []int
+	s.OnLoadOver(func() { got = append(got, 1) })
+	s.OnLoadOver(func() { got = append(got, 2) })
+	s.runLoadOver()
+	s.runLoadOver()
+	if len(got) != 4 || got[0] != 1 || got[1] != 2 || got[2] != 1 || got[3] != 2 {
+		t.Fatalf("calls %v, want [1 2 1 2]", got)
+	}
+}

@@ -37,6 +37,7 @@ type Server struct {
 	mu              sync.RWMutex
 	methods         []string
 	inDialogOptions sipgo.RequestHandler
+	loadOver        []func() // see OnLoadOver
 
 	unhandled atomic.Pointer[func(*sip.Response)]
 

@@ -3,6 +3,7 @@ package sipcore
 import (
 	"context"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,11 +173,33 @@ func (s *Server) releaseAfterLoad(ctx context.Context) {
 		switch r.step(peak+cached, now+cached) {
 		case releaseFirst:
 			s.txs.compact()
+			s.runLoadOver()
 			debug.FreeOSMemory()
 			s.log.Info("sip load over: memory returned", "peak_in_flight", r.last, "in_flight", now+cached)
 		case releaseAgain:
 			debug.FreeOSMemory()
 		}
+	}
+}
+
+// OnLoadOver adds f to what runs when a load is over, just before its
+// memory is returned (releaseAfterLoad's first release): a table that
+// keeps entries past the load copies them into fresh memory there, so the
+// few of them allocated during the load no longer hold the load's pages
+// (an 8 kB span stays in the process while one object in it lives).
+func (s *Server) OnLoadOver(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loadOver = append(s.loadOver, f)
+}
+
+// runLoadOver calls the OnLoadOver functions.
+func (s *Server) runLoadOver() {
+	s.mu.RLock()
+	fs := slices.Clone(s.loadOver)
+	s.mu.RUnlock()
+	for _, f := range fs {
+		f()
 	}
 }
 

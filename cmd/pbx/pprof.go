@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime/metrics"
+	"strings"
 	"time"
 )
 
@@ -41,6 +43,7 @@ func startPprof(log *slog.Logger) (func(), error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/memory", serveMemoryClasses)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	log.Warn("profiling endpoint on (debugging aid)", "addr", ln.Addr().String(), "env", pprofEnv)
@@ -58,4 +61,24 @@ func checkLoopback(addr string) error {
 		return errPprofNotLoopback
 	}
 	return nil
+}
+
+// serveMemoryClasses writes the runtime's memory classes
+// (runtime/metrics /memory/classes/...) and the collection count, one
+// "name bytes" line each: which class holds the process's memory after a
+// load (free heap not yet returned, spans, GC metadata, stacks).
+func serveMemoryClasses(w http.ResponseWriter, _ *http.Request) {
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if strings.HasPrefix(d.Name, "/memory/classes/") || d.Name == "/gc/cycles/total:gc-cycles" {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			fmt.Fprintf(w, "%s %d\n", s.Name, s.Value.Uint64())
+		}
+	}
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +23,17 @@ func TestCheckLoopback(t *testing.T) {
 		}
 		if !ok && addr != ":6060" && !errors.Is(err, errPprofNotLoopback) {
 			t.Errorf("checkLoopback(%q) = %v, want errPprofNotLoopback", addr, err)
+		}
+	}
+}
+
+func TestServeMemoryClasses(t *testing.T) {
+	rec := httptest.NewRecorder()
+	serveMemoryClasses(rec, httptest.NewRequest("GET", "/debug/memory", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"/memory/classes/heap/objects:bytes ", "/memory/classes/metadata/mspan/inuse:bytes ", "/memory/classes/total:bytes "} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/debug/memory lacks %q:\n%s", want, body)
 		}
 	}
 }

@@ -178,6 +178,9 @@ func New(opts Options, log *slog.Logger) (*Registrar, error) {
 		}
 		log.Info("registrations restored", "count", len(bs)-len(stale), "expired", len(stale))
 	}
+	if opts.SIP != nil {
+		opts.SIP.OnLoadOver(r.Compact)
+	}
 	return r, nil
 }
 
