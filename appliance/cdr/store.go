@@ -375,12 +375,25 @@ func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 
 // writeRecord writes the record file final in dir durably.
 func (s *Store) writeRecord(n *Record, dir, final string) error {
+	j, seq, err := s.writeFile(n, dir, final)
+	if err != nil {
+		return err
+	}
+	return s.makeDurable(n, dir, final, j, seq)
+}
+
+// writeFile writes the record file final in dir and, when the commit
+// journal is open, appends its entry there, returning the journal and the
+// entry's seq: the file is then in place but durable only once makeDurable
+// returns. Without the journal (or for a record too large for it) the
+// file is made durable on its own, and j is nil.
+func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64, err error) {
 	if err := s.step("record", final); err != nil {
-		return fmt.Errorf("write record %s: %w", n.ID, err)
+		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	data, err := json.Marshal(n)
 	if err != nil {
-		return fmt.Errorf("encode record %s: %w", n.ID, err)
+		return nil, 0, fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
 	data = append(data, '\n')
 	// The day directory is made when a write finds it missing, which
@@ -398,31 +411,52 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 		}
 		return nil
 	}
-	if j := s.journalFor(); j != nil {
-		rel, err := filepath.Rel(s.root, final)
-		if err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
-		j.begin() // a journal sync starting now waits for this append
-		if err := write(false); err != nil {
-			j.end()
-			return err
-		}
-		if err := j.commit(rel, data); err == nil {
-			return nil
-		} else if !errors.Is(err, errEntryTooLarge) {
-			s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
-		}
-		// The file is in place; make it and its name durable the old way.
-		if err := syncFile(final); err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
-		if err := s.dirSyncs.sync(dir); err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
+	if j = s.journalFor(); j == nil {
+		return nil, 0, write(true)
+	}
+	rel, err := filepath.Rel(s.root, final)
+	if err != nil {
+		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	j.begin() // a journal sync starting now waits for this append
+	if err := write(false); err != nil {
+		j.end()
+		return nil, 0, err
+	}
+	if seq, err = j.add(rel, data); err == nil {
+		return j, seq, nil
+	}
+	if !errors.Is(err, errEntryTooLarge) {
+		s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+	}
+	return nil, 0, s.syncRecordFile(n, dir, final)
+}
+
+// makeDurable returns once the record file final that writeFile wrote is
+// durable: an fdatasync of journal j covers its entry seq (nil j: it is
+// already), or, when that fails, the file and its directory are synced.
+func (s *Store) makeDurable(n *Record, dir, final string, j *journal, seq uint64) error {
+	if j == nil {
 		return nil
 	}
-	return write(true)
+	err := j.sync(seq)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+	return s.syncRecordFile(n, dir, final)
+}
+
+// syncRecordFile makes the record file final, in place, and its name in
+// dir durable the old way: an fsync of each.
+func (s *Store) syncRecordFile(n *Record, dir, final string) error {
+	if err := syncFile(final); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	if err := s.dirSyncs.sync(dir); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	return nil
 }
 
 func (s *Store) indexLock(path string) *sync.Mutex {
