@@ -94,6 +94,8 @@ type Store struct {
 	jOnce     sync.Once
 	jReplayed atomic.Bool // the journal left by a previous run was replayed
 
+	commits committer // the commits of CommitThen waiting for the disk
+
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
 	// "record", "index", "unmark") and fails it with the error it returns.
@@ -144,7 +146,9 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cdr: data directory: %w", err)
 	}
-	return &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}, nil
+	s := &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}
+	s.commits.idle.L = &s.commits.mu
+	return s, nil
 }
 
 func (s *Store) location(tenant string) *time.Location {
