@@ -12,8 +12,14 @@ import (
 	"sync"
 )
 
-// maxSpares bounds the spare marker files kept per in-flight directory.
-const maxSpares = 256
+// maxSpares bounds the spare marker files kept per in-flight directory:
+// above the answered calls a tenant holds at once at its peak, so that
+// the markers of the calls ending after a peak are parked, not removed
+// (at most one 4 KiB block each). A removed marker's inode, freed, made
+// every file created in its block group for minutes after cost more
+// (ext4 without a journal skips recently freed inodes); with 256, each
+// burst of more than 256 answered calls ending left that behind.
+const maxSpares = 4096
 
 // spareName prefixes the spare files: hidden, and neither a marker
 // (recordExt) nor a stray temporary file (tmpExt) to recovery, which skips

@@ -603,6 +603,9 @@ func ensureDir(dir string) error {
 		}
 		return err
 	}
+	if filepath.Base(dir) == cdrDir {
+		markTopDir(dir) // a tenant's cdr directory, made before its children
+	}
 	return datadir.SyncDir(parent)
 }
 
