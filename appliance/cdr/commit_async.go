@@ -17,7 +17,16 @@ type committer struct {
 	queue   []*asyncCommit
 	spare   []*asyncCommit // the previous batch's slice, reused
 	running bool
+	last    time.Time // when the last batch was taken
 }
+
+// commitPace is the least time between two batches: the commits handed
+// over meanwhile wait for the next, so that at high call rates one
+// fdatasync covers many records. On a virtual machine an fdatasync costs
+// about 40 us of CPU (a data write and a cache flush, each a notification
+// of the virtual device), which one a commit made a quarter of the call
+// record's cost at 500 calls/s. A commit after a quiet spell goes at once.
+const commitPace = 10 * time.Millisecond
 
 // asyncCommit is a commit whose record file is written and whose journal
 // entry is appended, waiting for the fdatasync that makes it durable.
@@ -96,6 +105,12 @@ func (s *Store) commitLoop() {
 	var batch []*asyncCommit
 	for {
 		q.mu.Lock()
+		if wait := time.Until(q.last.Add(commitPace)); wait > 0 {
+			q.mu.Unlock()
+			time.Sleep(wait)
+			q.mu.Lock()
+		}
+		q.last = time.Now()
 		clear(batch)
 		q.spare = batch[:0]
 		batch = q.queue
