@@ -225,7 +225,7 @@ func (s *Store) writeMarker(n *Record) error {
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	data, err := json.Marshal(&n)
+	data, err := appendRecord(make([]byte, 0, 1024), n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
 	}
@@ -395,7 +395,7 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 	if err := s.step("record", final); err != nil {
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
-	data, err := json.Marshal(n)
+	data, err := appendRecord(make([]byte, 0, 1024), n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
