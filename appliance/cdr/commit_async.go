@@ -174,6 +174,27 @@ func (s *Store) finishBatch(batch []*asyncCommit) {
 	if len(indexed) > 0 {
 		s.wrote()
 	}
+	s.restock(batch)
+}
+
+// restock refills the spares of the in-flight directories of the tenants
+// of batch, which the next records are written into: four times the
+// tenant's records in batch, at least 8.
+func (s *Store) restock(batch []*asyncCommit) {
+	counts := map[string]int{}
+	for _, c := range batch {
+		counts[c.n.Tenant]++
+	}
+	for tenant, n := range counts {
+		dir := s.inflightDir(tenant)
+		want := max(4*n, 8)
+		if !s.spares.refill(dir, want) {
+			// A tenant without answered calls yet has no directory.
+			if ensureDir(dir) == nil {
+				s.spares.refill(dir, want)
+			}
+		}
+	}
 }
 
 // indexBatch appends the index lines of cs, grouped by day file in one

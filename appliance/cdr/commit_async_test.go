@@ -3,7 +3,9 @@ package cdr
 import (
 	"errors"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -155,4 +157,51 @@ func TestCommitThenDiskFull(t *testing.T) {
 			committedOnce(t, s, r)
 		})
 	}
+}
+
+// TestCommitThenWritesIntoSpares: after a commit, the committer stocks
+// spare files in the tenant's in-flight directory, and the next record
+// file is one of them renamed into its day (no inode allocated on the
+// call's goroutine), with the record's bytes.
+func TestCommitThenWritesIntoSpares(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	s.CommitThen(call("acme", start, false, "+15551230001", "+15559870002"), func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	s.Flush()
+	inodes := map[uint64]bool{}
+	ents, err := os.ReadDir(s.inflightDir("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spareName) {
+			fi, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			inodes[fi.Sys().(*syscall.Stat_t).Ino] = true
+		}
+	}
+	if len(inodes) < 8 {
+		t.Fatalf("%d spares stocked, want at least 8", len(inodes))
+	}
+	r := call("acme", start.Add(time.Minute), true, "+15551230001", "+15559870002")
+	s.CommitThen(r, func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	s.Flush()
+	fi, err := os.Stat(s.RecordPath(r.Tenant, r.ID, r.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inodes[fi.Sys().(*syscall.Stat_t).Ino] {
+		t.Fatal("record file is not one of the spares")
+	}
+	committedOnce(t, s, r)
 }

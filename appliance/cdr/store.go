@@ -236,7 +236,7 @@ func (s *Store) writeMarker(n *Record) error {
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
 	if p := s.spares.take(dir); p != "" {
-		ok := writeInto(p, path, data)
+		ok := writeInto(p, path, data, nil)
 		s.spares.settle(dir, p, false)
 		if ok {
 			s.markersDirty.Store(true)
@@ -423,9 +423,11 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	j.begin() // a journal sync starting now waits for this append
-	if err := write(false); err != nil {
-		j.end()
-		return nil, 0, err
+	if !s.writeFromSpare(n.Tenant, dir, final, data) {
+		if err := write(false); err != nil {
+			j.end()
+			return nil, 0, err
+		}
 	}
 	if seq, err = j.add(rel, data); err == nil {
 		return j, seq, nil
@@ -434,6 +436,21 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 		s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
 	}
 	return nil, 0, s.syncRecordFile(n, dir, final)
+}
+
+// writeFromSpare writes the record file final in dir, not durably, from
+// a spare file of the tenant's in-flight directory, which the committer
+// keeps stocked (spareStock): no inode is allocated. It reports false,
+// having written nothing, when there is none.
+func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) bool {
+	sdir := s.inflightDir(tenant)
+	p := s.spares.take(sdir)
+	if p == "" {
+		return false
+	}
+	ok := writeInto(p, final, data, &s.dirSyncs.of(dir).ns)
+	s.spares.settle(sdir, p, false)
+	return ok
 }
 
 // makeDurable returns once the record file final that writeFile wrote is
