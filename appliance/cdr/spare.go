@@ -163,17 +163,16 @@ func (sp *spares) refill(dir string, want int) bool {
 	sd := sp.dir(dir)
 	need := min(want, spareStock) - len(sd.ready)
 	sp.mu.Unlock()
+	stock := filepath.Join(dir, stockDir)
 	for range need {
 		p := sp.name(dir)
 		if p == "" {
 			break
 		}
-		fd, err := sysOpen(p, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
-		if err != nil {
+		if err := makeSpare(stock, p); err != nil {
 			sp.settle(dir, p, false)
 			break
 		}
-		_ = sysClose(fd, p)
 		sp.settle(dir, p, true)
 	}
 	sp.mu.Lock()
@@ -213,4 +212,36 @@ func (sp *spares) drop(dir string) {
 	for _, p := range ready {
 		os.Remove(p)
 	}
+}
+
+// stockDir, under an in-flight directory, is where refill creates spares
+// before renaming them in: creating a file holds its directory's lock
+// while the file system looks for a free inode, which took long enough
+// (hundreds of microseconds, recently freed inodes skipped one by one)
+// to hold up the markers' and records' renames in the in-flight
+// directory. Recovery skips directories there.
+const stockDir = ".stock"
+
+// makeSpare creates an empty file in stock and renames it to p.
+func makeSpare(stock, p string) error {
+	tmp := filepath.Join(stock, filepath.Base(p))
+	fd, err := sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		fd, err = sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
+	}
+	if err != nil {
+		return err
+	}
+	if err := sysClose(fd, tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := sysRename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }
