@@ -212,6 +212,8 @@ func (sp *spares) drop(dir string) {
 	for _, p := range ready {
 		os.Remove(p)
 	}
+	// And where refill makes them: empty unless a crash left one.
+	os.RemoveAll(filepath.Join(dir, stockDir))
 }
 
 // stockDir, under an in-flight directory, is where refill creates spares
