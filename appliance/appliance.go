@@ -438,6 +438,9 @@ func (a *Appliance) Run(ctx context.Context) error {
 	if a.rec != nil {
 		a.rec.Wait() // the recordings of the calls just ended
 	}
+	if a.cdr != nil {
+		a.cdr.Flush() // the records of the calls just ended, durable
+	}
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -53,17 +53,27 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 			}
 			continue
 		}
-		if err := l.store.Commit(&r); err != nil {
-			if !errors.Is(err, cdr.ErrBacklogFull) {
-				l.log.Error("commit call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
-			}
-			continue
+		// The record file is written here; the fdatasync that makes it
+		// durable (shared with the other calls ending) is waited for by the
+		// store, not by the call's goroutine, which holds the INVITE's
+		// transaction and the call's limits until it returns.
+		l.store.CommitThen(&r, func(err error) { l.committed(&r, ev.Call.ID, err) })
+	}
+}
+
+// committed reports the commit of record r of call id: an error is
+// logged, a record durably stored goes out in the call.ended webhook.
+func (l *callLog) committed(r *cdr.Record, id b2bua.CallID, err error) {
+	if err != nil {
+		if !errors.Is(err, cdr.ErrBacklogFull) {
+			l.log.Error("commit call record", "call", id, "tenant", r.Tenant, "err", err)
 		}
-		if l.hooks != nil {
-			// Beyond the specification: the record as stored, durably.
-			if err := l.hooks.Send(r.Tenant, webhook.EventCallEnded, &r); err != nil {
-				l.log.Error("queue call.ended webhook", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
-			}
+		return
+	}
+	if l.hooks != nil {
+		// Beyond the specification: the record as stored, durably.
+		if err := l.hooks.Send(r.Tenant, webhook.EventCallEnded, r); err != nil {
+			l.log.Error("queue call.ended webhook", "call", id, "tenant", r.Tenant, "err", err)
 		}
 	}
 }

@@ -39,6 +39,7 @@ func TestCallLogRecordsEachTenantsSide(t *testing.T) {
 	}
 	c.State, c.End, c.Cause, c.SIPStatus = b2bua.StateEnded, start.Add(time.Minute), calls.CauseAnswered, 200
 	l.CallEvent(b2bua.Event{Kind: b2bua.EventEnded, Call: c})
+	store.Flush() // the commits finish on the store's committer
 	for tn, ext := range map[string]string{"acme": "200", "demo": "100"} {
 		rec, err := store.Get(context.Background(), tn, cdr.ID(c.ID))
 		if err != nil {

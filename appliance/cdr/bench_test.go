@@ -320,13 +320,19 @@ func cpuUsed(tb testing.TB) time.Duration {
 // (a tmpfs shows the cost without the disk).
 //
 //	go test -run '^$' -bench AnsweredCommit -benchtime 2000x ./appliance/cdr/
+//
+// mode=then commits as the call log does, with CommitThen (the commit
+// finished on the store's committer, paced by commitPace); mode=sync with
+// Commit, each waiting for its own.
 func BenchmarkAnsweredCommit(b *testing.B) {
-	for _, conc := range []int{1, 16} {
-		b.Run(fmt.Sprintf("conc=%d", conc), func(b *testing.B) { benchAnsweredCommit(b, conc) })
+	for _, mode := range []string{"sync", "then"} {
+		for _, conc := range []int{1, 16} {
+			b.Run(fmt.Sprintf("mode=%s/conc=%d", mode, conc), func(b *testing.B) { benchAnsweredCommit(b, conc, mode == "then") })
+		}
 	}
 }
 
-func benchAnsweredCommit(b *testing.B, conc int) {
+func benchAnsweredCommit(b *testing.B, conc int, then bool) {
 	dir := b.TempDir()
 	if d := os.Getenv("PBX_BENCH_CDR_DIR"); d != "" {
 		var err error
@@ -369,6 +375,14 @@ func benchAnsweredCommit(b *testing.B, conc int) {
 					b.Error(err)
 					return
 				}
+				if then {
+					s.CommitThen(r, func(err error) {
+						if err != nil {
+							b.Error(err)
+						}
+					})
+					continue
+				}
 				if err := s.Commit(r); err != nil {
 					b.Error(err)
 					return
@@ -377,6 +391,7 @@ func benchAnsweredCommit(b *testing.B, conc int) {
 		}()
 	}
 	wg.Wait()
+	s.Flush()
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	user := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano())

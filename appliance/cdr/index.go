@@ -1,7 +1,6 @@
 package cdr
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -38,13 +37,13 @@ type Entry struct {
 func (e Entry) AppendLine(b []byte) []byte {
 	e.Tenant = ""
 	e.Start = msUTC(e.Start)
-	j, err := json.Marshal(e)
+	b, err := appendEntry(b, &e)
 	if err != nil {
-		// Entry has only strings, bools, ints and a time: Marshal cannot fail
-		// unless the time is outside year 0..9999, which validate refuses.
+		// Entry has only strings, bools, ints and a time: encoding cannot
+		// fail unless the time is outside year 0..9999, which validate
+		// refuses.
 		panic(fmt.Sprintf("cdr: marshal index entry: %v", err))
 	}
-	b = append(b, j...)
 	return append(b, '\n')
 }
 

@@ -49,6 +49,7 @@ func (s *Store) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			s.Flush()
 			s.shutdown()
 			syncMarkers()
 			return nil

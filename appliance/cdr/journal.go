@@ -179,16 +179,23 @@ func (j *journal) wake() {
 // commit appends the record file data at rel and returns once an
 // fdatasync of the journal covers it. It ends the caller's begin.
 func (j *journal) commit(rel string, data []byte) error {
-	if journalHeader+len(rel)+1+len(data) > journalHalf/4 {
-		j.end()
-		return errEntryTooLarge
-	}
-	mine, err := j.append(rel, data)
-	j.end()
+	mine, err := j.add(rel, data)
 	if err != nil {
 		return err
 	}
 	return j.sync(mine)
+}
+
+// add appends the record file data at rel and returns its seq, for a
+// later sync; the entry is not durable yet. It ends the caller's begin.
+func (j *journal) add(rel string, data []byte) (uint64, error) {
+	if journalHeader+len(rel)+1+len(data) > journalHalf/4 {
+		j.end()
+		return 0, errEntryTooLarge
+	}
+	mine, err := j.append(rel, data)
+	j.end()
+	return mine, err
 }
 
 // gather waits, up to gatherMax, for the commits that have begun to

@@ -66,15 +66,15 @@ type pendingRec struct {
 type backlog struct {
 	mu        sync.Mutex
 	recs      map[recKey]*pendingRec
-	live      map[recKey]string // marker path of every answered call in progress
-	lastErr   error             // the last write failure
-	since     time.Time         // first failure of the current episode
-	over      int               // records not kept for the bound in this episode
-	written   int               // pending records written in this episode
-	lastLog   time.Time         // of the error line
-	lastClear time.Time         // of the all-written line
-	fails     int               // consecutive failed retry rounds
-	next      time.Time         // earliest next retry round
+	live      [liveShards]liveShard // marker path of every answered call in progress
+	lastErr   error                 // the last write failure
+	since     time.Time             // first failure of the current episode
+	over      int                   // records not kept for the bound in this episode
+	written   int                   // pending records written in this episode
+	lastLog   time.Time             // of the error line
+	lastClear time.Time             // of the all-written line
+	fails     int                   // consecutive failed retry rounds
+	next      time.Time             // earliest next retry round
 
 	n    atomic.Int64  // len(recs), read without the lock on the commit path
 	kick chan struct{} // a write succeeded while records were pending: retry now
@@ -84,7 +84,25 @@ type backlog struct {
 }
 
 func newBacklog() *backlog {
-	return &backlog{recs: map[recKey]*pendingRec{}, live: map[recKey]string{}, kick: make(chan struct{}, 1), seed: maphash.MakeSeed()}
+	b := &backlog{recs: map[recKey]*pendingRec{}, kick: make(chan struct{}, 1), seed: maphash.MakeSeed()}
+	for i := range b.live {
+		b.live[i].m = map[recKey]string{}
+	}
+	return b
+}
+
+// liveShards splits the set of calls in progress, which every answer and
+// every end changes: under one lock (shared with the backlog) the calls
+// answering and ending at once queued for it.
+const liveShards = 16
+
+type liveShard struct {
+	mu sync.Mutex
+	m  map[recKey]string
+}
+
+func (b *backlog) liveShard(id ID) *liveShard {
+	return &b.live[maphash.String(b.seed, string(id))%liveShards]
 }
 
 // stripe returns the lock that orders every write of one record.
@@ -369,17 +387,18 @@ func (s *Store) retryOne(k recKey) error {
 
 // track and untrack keep the set of in-flight markers Run refreshes.
 func (s *Store) track(k recKey) {
-	b := s.bl
-	b.mu.Lock()
-	b.live[k] = s.MarkerPath(k.tenant, k.id)
-	b.mu.Unlock()
+	path := s.MarkerPath(k.tenant, k.id)
+	sh := s.bl.liveShard(k.id)
+	sh.mu.Lock()
+	sh.m[k] = path
+	sh.mu.Unlock()
 }
 
 func (s *Store) untrack(k recKey) {
-	b := s.bl
-	b.mu.Lock()
-	delete(b.live, k)
-	b.mu.Unlock()
+	sh := s.bl.liveShard(k.id)
+	sh.mu.Lock()
+	delete(sh.m, k)
+	sh.mu.Unlock()
 }
 
 // RefreshMarkers sets the modification time of the in-flight marker of
@@ -388,13 +407,15 @@ func (s *Store) untrack(k recKey) {
 // is synced behind them with the markers' next batched sync. Run calls it
 // every Options.MarkerRefresh.
 func (s *Store) RefreshMarkers() {
-	b := s.bl
-	b.mu.Lock()
-	paths := make([]string, 0, len(b.live))
-	for _, p := range b.live {
-		paths = append(paths, p)
+	var paths []string
+	for i := range s.bl.live {
+		sh := &s.bl.live[i]
+		sh.mu.Lock()
+		for _, p := range sh.m {
+			paths = append(paths, p)
+		}
+		sh.mu.Unlock()
 	}
-	b.mu.Unlock()
 	if len(paths) == 0 {
 		return
 	}

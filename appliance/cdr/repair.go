@@ -119,6 +119,9 @@ func (s *Store) repair(ctx context.Context, opts RepairOptions, tolerant bool) (
 	var all []work
 	total := 0
 	for _, t := range tenants {
+		if !opts.DryRun {
+			markTopDir(s.tenantDir(t)) // one made by an older version
+		}
 		days, err := s.listDays(t, date{}, date{})
 		if err != nil {
 			return nil, fmt.Errorf("list days of %s: %w", t, err)

@@ -12,8 +12,14 @@ import (
 	"sync"
 )
 
-// maxSpares bounds the spare marker files kept per in-flight directory.
-const maxSpares = 256
+// maxSpares bounds the spare marker files kept per in-flight directory:
+// above the answered calls a tenant holds at once at its peak, so that
+// the markers of the calls ending after a peak are parked, not removed
+// (at most one 4 KiB block each). A removed marker's inode, freed, made
+// every file created in its block group for minutes after cost more
+// (ext4 without a journal skips recently freed inodes); with 256, each
+// burst of more than 256 answered calls ending left that behind.
+const maxSpares = 4096
 
 // spareName prefixes the spare files: hidden, and neither a marker
 // (recordExt) nor a stray temporary file (tmpExt) to recovery, which skips
@@ -102,10 +108,11 @@ func (sp *spares) settle(dir, p string, ready bool) {
 	}
 }
 
-// writeInto writes data into the spare file p and renames it to path. It
-// reports false, having written nothing at path, when the spare is gone or
-// cannot be written; the caller then writes the marker the ordinary way.
-func writeInto(p, path string, data []byte) bool {
+// writeInto writes data into the spare file p and renames it to path
+// (holding ns, when not nil, for the rename). It reports false, having
+// written nothing at path, when the spare is gone or cannot be written;
+// the caller then writes the file the ordinary way.
+func writeInto(p, path string, data []byte, ns *sync.Mutex) bool {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
@@ -122,13 +129,55 @@ func writeInto(p, path string, data []byte) bool {
 		err = cerr
 	}
 	if err == nil {
+		if ns != nil {
+			ns.Lock()
+		}
 		err = sysRename(p, path)
+		if ns != nil {
+			ns.Unlock()
+		}
 	}
 	if err != nil {
 		os.Remove(p)
 		return false
 	}
 	return true
+}
+
+// spareStock bounds how many spares the committer keeps ready in each
+// in-flight directory it has committed records of (four times the
+// tenant's records in its last batch, at least 8): a record file is
+// written into a spare and renamed into its day directory, so that the
+// call's goroutine allocates no inode. Creating a file was most of the
+// cost of a commit (ext4 skips recently freed inodes one by one), and
+// under the day directory's lock (dirSync.ns) commits ending at once
+// queued behind it: at 1,500 calls/s on a busy disk over a thousand call
+// goroutines waited there, each holding its INVITE transaction.
+const spareStock = 256
+
+// refill creates empty spare files in dir until want (at most
+// spareStock) are ready, or every name is taken. It reports whether dir
+// holds some.
+func (sp *spares) refill(dir string, want int) bool {
+	sp.mu.Lock()
+	sd := sp.dir(dir)
+	need := min(want, spareStock) - len(sd.ready)
+	sp.mu.Unlock()
+	stock := filepath.Join(dir, stockDir)
+	for range need {
+		p := sp.name(dir)
+		if p == "" {
+			break
+		}
+		if err := makeSpare(stock, p); err != nil {
+			sp.settle(dir, p, false)
+			break
+		}
+		sp.settle(dir, p, true)
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	return len(sp.dir(dir).ready) > 0
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
@@ -163,4 +212,38 @@ func (sp *spares) drop(dir string) {
 	for _, p := range ready {
 		os.Remove(p)
 	}
+	// And where refill makes them: empty unless a crash left one.
+	os.RemoveAll(filepath.Join(dir, stockDir))
+}
+
+// stockDir, under an in-flight directory, is where refill creates spares
+// before renaming them in: creating a file holds its directory's lock
+// while the file system looks for a free inode, which took long enough
+// (hundreds of microseconds, recently freed inodes skipped one by one)
+// to hold up the markers' and records' renames in the in-flight
+// directory. Recovery skips directories there.
+const stockDir = ".stock"
+
+// makeSpare creates an empty file in stock and renames it to p.
+func makeSpare(stock, p string) error {
+	tmp := filepath.Join(stock, filepath.Base(p))
+	fd, err := sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		fd, err = sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
+	}
+	if err != nil {
+		return err
+	}
+	if err := sysClose(fd, tmp); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := sysRename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
 }

@@ -94,6 +94,8 @@ type Store struct {
 	jOnce     sync.Once
 	jReplayed atomic.Bool // the journal left by a previous run was replayed
 
+	commits committer // the commits of CommitThen waiting for the disk
+
 	bl *backlog // records that failed to be written, and the markers to refresh
 	// fault, when set (tests), is asked before each write step ("marker",
 	// "record", "index", "unmark") and fails it with the error it returns.
@@ -144,7 +146,9 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cdr: data directory: %w", err)
 	}
-	return &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}, nil
+	s := &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}
+	s.commits.idle.L = &s.commits.mu
+	return s, nil
 }
 
 func (s *Store) location(tenant string) *time.Location {
@@ -221,7 +225,7 @@ func (s *Store) writeMarker(n *Record) error {
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	data, err := json.Marshal(&n)
+	data, err := appendRecord(make([]byte, 0, 1024), n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
 	}
@@ -232,7 +236,7 @@ func (s *Store) writeMarker(n *Record) error {
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
 	if p := s.spares.take(dir); p != "" {
-		ok := writeInto(p, path, data)
+		ok := writeInto(p, path, data, nil)
 		s.spares.settle(dir, p, false)
 		if ok {
 			s.markersDirty.Store(true)
@@ -375,12 +379,25 @@ func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 
 // writeRecord writes the record file final in dir durably.
 func (s *Store) writeRecord(n *Record, dir, final string) error {
-	if err := s.step("record", final); err != nil {
-		return fmt.Errorf("write record %s: %w", n.ID, err)
-	}
-	data, err := json.Marshal(n)
+	j, seq, err := s.writeFile(n, dir, final)
 	if err != nil {
-		return fmt.Errorf("encode record %s: %w", n.ID, err)
+		return err
+	}
+	return s.makeDurable(n, dir, final, j, seq)
+}
+
+// writeFile writes the record file final in dir and, when the commit
+// journal is open, appends its entry there, returning the journal and the
+// entry's seq: the file is then in place but durable only once makeDurable
+// returns. Without the journal (or for a record too large for it) the
+// file is made durable on its own, and j is nil.
+func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64, err error) {
+	if err := s.step("record", final); err != nil {
+		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	data, err := appendRecord(make([]byte, 0, 1024), n)
+	if err != nil {
+		return nil, 0, fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
 	data = append(data, '\n')
 	// The day directory is made when a write finds it missing, which
@@ -398,31 +415,69 @@ func (s *Store) writeRecord(n *Record, dir, final string) error {
 		}
 		return nil
 	}
-	if j := s.journalFor(); j != nil {
-		rel, err := filepath.Rel(s.root, final)
-		if err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
-		j.begin() // a journal sync starting now waits for this append
+	if j = s.journalFor(); j == nil {
+		return nil, 0, write(true)
+	}
+	rel, err := filepath.Rel(s.root, final)
+	if err != nil {
+		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	j.begin() // a journal sync starting now waits for this append
+	if !s.writeFromSpare(n.Tenant, dir, final, data) {
 		if err := write(false); err != nil {
 			j.end()
-			return err
+			return nil, 0, err
 		}
-		if err := j.commit(rel, data); err == nil {
-			return nil
-		} else if !errors.Is(err, errEntryTooLarge) {
-			s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
-		}
-		// The file is in place; make it and its name durable the old way.
-		if err := syncFile(final); err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
-		if err := s.dirSyncs.sync(dir); err != nil {
-			return fmt.Errorf("write record %s: %w", n.ID, err)
-		}
+	}
+	if seq, err = j.add(rel, data); err == nil {
+		return j, seq, nil
+	}
+	if !errors.Is(err, errEntryTooLarge) {
+		s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+	}
+	return nil, 0, s.syncRecordFile(n, dir, final)
+}
+
+// writeFromSpare writes the record file final in dir, not durably, from
+// a spare file of the tenant's in-flight directory, which the committer
+// keeps stocked (spareStock): no inode is allocated. It reports false,
+// having written nothing, when there is none.
+func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) bool {
+	sdir := s.inflightDir(tenant)
+	p := s.spares.take(sdir)
+	if p == "" {
+		return false
+	}
+	ok := writeInto(p, final, data, &s.dirSyncs.of(dir).ns)
+	s.spares.settle(sdir, p, false)
+	return ok
+}
+
+// makeDurable returns once the record file final that writeFile wrote is
+// durable: an fdatasync of journal j covers its entry seq (nil j: it is
+// already), or, when that fails, the file and its directory are synced.
+func (s *Store) makeDurable(n *Record, dir, final string, j *journal, seq uint64) error {
+	if j == nil {
 		return nil
 	}
-	return write(true)
+	err := j.sync(seq)
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
+	return s.syncRecordFile(n, dir, final)
+}
+
+// syncRecordFile makes the record file final, in place, and its name in
+// dir durable the old way: an fsync of each.
+func (s *Store) syncRecordFile(n *Record, dir, final string) error {
+	if err := syncFile(final); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	if err := s.dirSyncs.sync(dir); err != nil {
+		return fmt.Errorf("write record %s: %w", n.ID, err)
+	}
+	return nil
 }
 
 func (s *Store) indexLock(path string) *sync.Mutex {
@@ -564,6 +619,9 @@ func ensureDir(dir string) error {
 			return nil
 		}
 		return err
+	}
+	if filepath.Base(dir) == cdrDir {
+		markTopDir(dir) // a tenant's cdr directory, made before its children
 	}
 	return datadir.SyncDir(parent)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"time"
@@ -37,6 +38,11 @@ func startPprof(log *slog.Logger) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", pprofEnv, err)
 	}
+	// The block and mutex profiles record nothing unless asked to: with
+	// the endpoint on, contended locks and waits of 10 us or more (and a
+	// sample of shorter ones) are recorded, at a small cost.
+	runtime.SetBlockProfileRate(int((10 * time.Microsecond).Nanoseconds()))
+	runtime.SetMutexProfileFraction(10)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

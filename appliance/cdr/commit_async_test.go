@@ -1,0 +1,207 @@
+package cdr
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestCommitThenDoesNotWaitForTheSync: while the commit journal's fdatasync
+// cannot run (its lock held, as by a slow disk), CommitThen still returns
+// with the record file in place, and done comes only once the sync has run;
+// the record is then indexed and its marker gone.
+func TestCommitThenDoesNotWaitForTheSync(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	commit(t, s, call("acme", start, false, "+15551230001", "+15559870002")) // opens the journal
+	j := s.journal.Load()
+	if j == nil {
+		t.Fatal("journal not open")
+	}
+	r := call("acme", start.Add(time.Second), true, "+15551230001", "+15559870002")
+	if err := s.Answered(r); err != nil {
+		t.Fatal(err)
+	}
+	j.smu.Lock() // no fdatasync can start or finish
+	done := make(chan error, 1)
+	returned := make(chan struct{})
+	go func() {
+		s.CommitThen(r, func(err error) { done <- err })
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		j.smu.Unlock()
+		t.Fatal("CommitThen waited for the journal's fdatasync")
+	}
+	if _, err := os.Stat(s.RecordPath(r.Tenant, r.ID, r.Start)); err != nil {
+		j.smu.Unlock()
+		t.Fatalf("record file not in place when CommitThen returned: %v", err)
+	}
+	select {
+	case err := <-done:
+		j.smu.Unlock()
+		t.Fatalf("done before the record was durable (err %v)", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	synced := j.syncs.Load()
+	j.smu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("done never called")
+	}
+	if j.syncs.Load() <= synced {
+		t.Fatal("done called without an fdatasync of the journal")
+	}
+	committedOnce(t, s, r)
+}
+
+// TestCommitThenBatch: calls ending at once are each committed once, their
+// index lines whole (appended a day file at a time), in two days, and
+// Flush returns only once every done has run.
+func TestCommitThenBatch(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 23, 59, 0, 0, time.UTC)
+	const n = 200
+	recs := make([]*Record, n)
+	for i := range recs {
+		recs[i] = call("acme", start.Add(time.Duration(i)*time.Second), i%2 == 0, "+15551230001", "+15559870002")
+		if i%2 == 0 {
+			if err := s.Answered(recs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var mu sync.Mutex
+	dones := 0
+	var wg sync.WaitGroup
+	for i := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.CommitThen(recs[i], func(err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				dones++
+				mu.Unlock()
+			})
+		}()
+	}
+	wg.Wait()
+	s.Flush()
+	mu.Lock()
+	got := dones
+	mu.Unlock()
+	if got != n {
+		t.Fatalf("%d dones after Flush, want %d", got, n)
+	}
+	for _, r := range recs {
+		committedOnce(t, s, r)
+	}
+	if st := s.Stats(); st.Commits != n {
+		t.Fatalf("stats count %d commits, want %d", st.Commits, n)
+	}
+}
+
+// TestCommitThenTwice: a record committed already is refused, at once.
+func TestCommitThenTwice(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	r := call("acme", time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC), false, "+15551230001", "+15559870002")
+	commit(t, s, r)
+	var got error
+	s.CommitThen(r, func(err error) { got = err })
+	if !errors.Is(got, ErrCommitted) {
+		t.Fatalf("second commit: %v, want ErrCommitted", got)
+	}
+}
+
+// TestCommitThenDiskFull: a step that fails on the committer (the index
+// line, the marker's removal) or before it (the record file) keeps the
+// record pending, done reports success as Commit does, and the retry
+// writes it exactly once.
+func TestCommitThenDiskFull(t *testing.T) {
+	for _, step := range []string{"record", "index", "unmark"} {
+		t.Run(step, func(t *testing.T) {
+			s := newTestStore(t, nil, nil)
+			start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+			r := call("acme", start, true, "+15551230001", "+15559870002")
+			if err := s.Answered(r); err != nil {
+				t.Fatal(err)
+			}
+			full := failSteps(s, step)
+			var got error
+			called := false
+			s.CommitThen(r, func(err error) { got, called = err, true })
+			s.Flush()
+			if !called || got != nil {
+				t.Fatalf("done called %t with %v, want nil", called, got)
+			}
+			if b := s.Backlog(); b.Pending != 1 {
+				t.Fatalf("backlog %+v, want 1 pending", b)
+			}
+			full.on.Store(false)
+			if left := s.RetryPending(); left != 0 {
+				t.Fatalf("%d still pending", left)
+			}
+			committedOnce(t, s, r)
+		})
+	}
+}
+
+// TestCommitThenWritesIntoSpares: after a commit, the committer stocks
+// spare files in the tenant's in-flight directory, and the next record
+// file is one of them renamed into its day (no inode allocated on the
+// call's goroutine), with the record's bytes.
+func TestCommitThenWritesIntoSpares(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	s.CommitThen(call("acme", start, false, "+15551230001", "+15559870002"), func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	s.Flush()
+	inodes := map[uint64]bool{}
+	ents, err := os.ReadDir(s.inflightDir("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), spareName) {
+			fi, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			inodes[fi.Sys().(*syscall.Stat_t).Ino] = true
+		}
+	}
+	if len(inodes) < 8 {
+		t.Fatalf("%d spares stocked, want at least 8", len(inodes))
+	}
+	r := call("acme", start.Add(time.Minute), true, "+15551230001", "+15559870002")
+	s.CommitThen(r, func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	s.Flush()
+	fi, err := os.Stat(s.RecordPath(r.Tenant, r.ID, r.Start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inodes[fi.Sys().(*syscall.Stat_t).Ino] {
+		t.Fatal("record file is not one of the spares")
+	}
+	committedOnce(t, s, r)
+}
