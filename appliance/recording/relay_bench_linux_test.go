@@ -340,7 +340,10 @@ func runRecordedRelay(b *testing.B, calls int, dur time.Duration, rounds int, pl
 		if record {
 			kind = "recorded  "
 		}
-		b.Logf("round %d %s: %d pkts sent %d relayed (%d left out, slow send), latency p50 %v p99 %v p99.9 %v max %v, variation p99 %v (1 s windows' median) %v (phase), cpu %v/pkt, waited for a cpu %v/s",
+		// To stderr, not b.Logf: the testing package keeps only a
+		// benchmark's first 10 lines of log, and a run of more than 4
+		// rounds would lose its summary.
+		fmt.Fprintf(os.Stderr, "round %d %s: %d pkts sent %d relayed (%d left out, slow send), latency p50 %v p99 %v p99.9 %v max %v, variation p99 %v (1 s windows' median) %v (phase), cpu %v/pkt, waited for a cpu %v/s\n",
 			round, kind, st.Sent, st.Recvd, st.SlowTx, time.Duration(st.Lat50), time.Duration(st.Lat99), time.Duration(st.Lat999),
 			time.Duration(st.Max), time.Duration(st.Var99Win), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), time.Duration(st.RunWait))
 		return st
