@@ -1,7 +1,6 @@
 package sipcore
 
 import (
-	"bytes"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -57,7 +56,9 @@ func (u *udpListener) statelessRegister(data []byte, src netip.AddrPort) bool {
 	if u.s.registerHandler() == nil {
 		return false
 	}
-	msg, err := u.s.parser.ParseSIP(bytes.Clone(data))
+	// No copy of data: the parser copies what it keeps (header texts,
+	// body), so the reader's buffer can be reused at once.
+	msg, err := u.s.parser.ParseSIP(data)
 	req, ok := msg.(*sip.Request)
 	if err != nil || !ok || req.Via() == nil || req.From() == nil || req.To() == nil || req.CallID() == nil || req.CSeq() == nil {
 		u.s.stats.malformedDropped.Add(1)
@@ -127,7 +128,7 @@ type registerTx struct {
 func (t *registerTx) Respond(res *sip.Response) error {
 	res.SipVersion = sipVersion
 	t.u.s.DecorateResponse(res)
-	b := []byte(res.String())
+	b := ResponseBytes(res)
 	dst := replyAddr(t.req, t.src)
 	if res.StatusCode >= 200 && !t.final.Swap(true) {
 		t.u.s.registers.finish(t.key, b, dst)

@@ -493,13 +493,13 @@ func quoteEscape(s string) string {
 // identical apart from nonce and tags.
 func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) *sip.Response {
 	if res.Outcome == Rejected {
-		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	code, reason, hname := sip.StatusUnauthorized, "Unauthorized", "WWW-Authenticate"
 	if proxy {
 		code, reason, hname = sip.StatusProxyAuthRequired, "Proxy Authentication Required", "Proxy-Authenticate"
 	}
-	r := sip.NewResponseFromRequest(req, code, reason, nil)
+	r := sipcore.NewResponse(req, code, reason)
 	nonce := a.newNonce(realm)
 	for _, alg := range a.algs {
 		r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, alg, res.Stale)))
@@ -544,7 +544,7 @@ func (a *Auth) Authenticate(req *sip.Request, proxy bool, realm string, hooks Au
 		return Account{}, a.Response(req, ar, proxy, realm)
 	}
 	if hooks.OnSuccess != nil && !hooks.OnSuccess(src, realm, ar.Username) {
-		return Account{}, sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return Account{}, sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	return ar.Account, nil
 }

@@ -275,7 +275,7 @@ func RealmFor(dir Directory, hosts ...string) string {
 func (r *Registrar) register(req *sip.Request) *sip.Response {
 	to := req.To()
 	if to == nil || req.CallID() == nil || req.CSeq() == nil {
-		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Request", nil)
+		return sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Request")
 	}
 	realm := RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host)
 	acct, refused := r.auth.Authenticate(req, false, realm, AuthHooks{OnFailure: r.opts.OnAuthFailure, OnSuccess: r.opts.OnAuthSuccess})
@@ -284,7 +284,7 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 	}
 	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {
 		// Valid credentials for another AOR.
-		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	return r.apply(req, acct, realm)
 }
@@ -302,7 +302,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	if h := sipcore.Header(req, "Expires"); h != nil {
 		v, err := ParseExpires(h.Value())
 		if err != nil {
-			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Expires", nil)
+			return sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Expires")
 		}
 		hdrExpires = v
 	}
@@ -343,7 +343,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		if status == sip.StatusForbidden {
 			reason = "Too Many Registered Contacts"
 		}
-		return sip.NewResponseFromRequest(req, status, reason, nil)
+		return sipcore.NewResponse(req, status, reason)
 	}
 	r.storeLocked(key, a, acct.Extension, u.next)
 	r.mu.Unlock()
@@ -358,12 +358,12 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tmpl *Binding) (changes []change, wildcard bool, bad *sip.Response) {
 	contacts := sipcore.Headers(req, "Contact")
 	if len(contacts) > maxContactsPerRequest {
-		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
+		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Too Many Contacts")
 	}
 	for _, h := range contacts {
 		ch, ok := h.(*sip.ContactHeader)
 		if !ok {
-			return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact", nil)
+			return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Contact")
 		}
 		if ch.Address.Wildcard {
 			wildcard = true
@@ -373,7 +373,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		if v, ok := ch.Params.Get("expires"); ok {
 			d, err := ParseExpires(v)
 			if err != nil {
-				return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact Expires", nil)
+				return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Contact Expires")
 			}
 			exp = d
 		}
@@ -381,7 +381,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 			exp = r.opts.DefaultExpires
 		}
 		if exp > 0 && exp < r.opts.MinExpires {
-			res := sip.NewResponseFromRequest(req, sip.StatusIntervalToBrief, "Interval Too Brief", nil)
+			res := sipcore.NewResponse(req, sip.StatusIntervalToBrief, "Interval Too Brief")
 			res.AppendHeader(sip.NewHeader("Min-Expires", strconv.Itoa(int(r.opts.MinExpires/time.Second))))
 			return nil, false, res
 		}
@@ -396,7 +396,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 	}
 	// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
 	if wildcard && (len(contacts) != 1 || hdrExpires != 0) {
-		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Wildcard Contact", nil)
+		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Wildcard Contact")
 	}
 	return changes, wildcard, nil
 }
@@ -521,7 +521,7 @@ func (r *Registrar) storeLocked(key aorKey, a *aor, ext string, next []Binding) 
 // ok is the 200 to a REGISTER: every binding of the AOR with its
 // remaining seconds, and the Date.
 func (r *Registrar) ok(req *sip.Request, bindings []Binding, now time.Time) *sip.Response {
-	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	res := sipcore.NewResponse(req, sip.StatusOK, "OK")
 	for i := range bindings {
 		secs := int(bindings[i].Expires.Sub(now).Round(time.Second) / time.Second)
 		res.AppendHeader(sip.NewHeader("Contact", contactValue(&bindings[i], max(secs, 0))))
