@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -225,18 +226,49 @@ func (a *Auth) newNonce(realm string) string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// macState is a nonce HMAC with the scratch space it hashes from: the
+// text and the sum go through the hash.Hash interface, so buffers of
+// their own would be allocated for every nonce.
+type macState struct {
+	h    hash.Hash
+	text []byte
+	sum  [sha256.Size]byte
+}
+
 func (a *Auth) mac(prefix []byte, realm string, out []byte) {
-	m, _ := a.macs.Get().(hash.Hash)
+	m, _ := a.macs.Get().(*macState)
 	if m == nil {
-		m = hmac.New(sha256.New, a.secret)
+		m = &macState{h: hmac.New(sha256.New, a.secret), text: make([]byte, 0, 128)}
 	} else {
-		m.Reset()
+		m.h.Reset()
 	}
 	defer a.macs.Put(m)
-	m.Write(prefix)
-	m.Write([]byte(strings.ToLower(realm)))
-	var sum [32]byte
-	copy(out, m.Sum(sum[:0])[:16])
+	m.text = append(m.text[:0], prefix...)
+	if !isASCII(realm) {
+		realm = strings.ToLower(realm)
+	}
+	for i := 0; i < len(realm); i++ { // lower-cased as strings.ToLower does ASCII
+		c := realm[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		m.text = append(m.text, c)
+	}
+	if len(m.text) > 1024 {
+		defer func() { m.text = make([]byte, 0, 128) }() // not kept at that size
+	}
+	m.h.Write(m.text)
+	copy(out, m.h.Sum(m.sum[:0])[:16])
+}
+
+// isASCII reports whether s is all ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkNonce reports whether nonce was issued by this Auth for realm, when
@@ -441,10 +473,22 @@ func (a *Auth) sweepTick() {
 	}
 }
 
+// uriBufs hold the Request-URI's text while URIMatches compares it (its
+// String grows a builder for every authenticated request).
+var uriBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // URIMatches reports whether the digest uri names the request's
 // Request-URI: the same text, or the same scheme, user, host and port.
 func URIMatches(digestURI string, reqURI sip.Uri) bool {
-	if digestURI == reqURI.String() {
+	buf := uriBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	reqURI.StringWrite(buf)
+	text := buf.Bytes()
+	same := digestURI == string(text) // compared, not copied
+	if buf.Cap() <= 4096 {
+		uriBufs.Put(buf)
+	}
+	if same {
 		return true
 	}
 	var u sip.Uri
