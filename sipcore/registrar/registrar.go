@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -389,7 +390,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		if exp > 0 {
 			exp = r.natExpiry(exp, tmpl.Transport, ch.Address, tmpl.Source)
 		}
-		c := change{raw: ch.Address.String(), expires: exp}
+		c := change{raw: uriText(&ch.Address), expires: exp}
 		c.instance, _ = ch.Params.Get("+sip.instance")
 		c.q, _ = ch.Params.Get("q")
 		changes = append(changes, c)
@@ -399,6 +400,19 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Wildcard Contact")
 	}
 	return changes, wildcard, nil
+}
+
+// uriText is u.String() in one allocation of its size: written into a
+// pooled buffer (shared with URIMatches), then copied.
+func uriText(u *sip.Uri) string {
+	buf := uriBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	u.StringWrite(buf)
+	s := buf.String()
+	if buf.Cap() <= 4096 {
+		uriBufs.Put(buf)
+	}
+	return s
 }
 
 // update is what a REGISTER does to an AOR's bindings.
