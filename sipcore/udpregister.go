@@ -58,11 +58,8 @@ func (u *udpListener) statelessRegister(data []byte, src netip.AddrPort) bool {
 	if u.s.registerHandler() == nil {
 		return false
 	}
-	// No copy of data: the parser copies what it keeps (header texts,
-	// body), so the reader's buffer can be reused at once.
-	msg, err := u.s.parser.ParseSIP(data)
-	req, ok := msg.(*sip.Request)
-	if err != nil || !ok || req.Via() == nil || req.From() == nil || req.To() == nil || req.CallID() == nil || req.CSeq() == nil {
+	req, err := parseRegister(u.s.parser, data)
+	if err != nil || req.Via() == nil || req.From() == nil || req.To() == nil || req.CallID() == nil || req.CSeq() == nil {
 		u.s.stats.malformedDropped.Add(1)
 		return true
 	}

@@ -278,7 +278,9 @@ func (r *Registrar) register(req *sip.Request) *sip.Response {
 	if to == nil || req.CallID() == nil || req.CSeq() == nil {
 		return sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Request")
 	}
-	realm := RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host)
+	// Copies of what a binding or a hook may keep: the request's strings
+	// can be slices of the whole message (sipcore's REGISTER parser).
+	realm := strings.Clone(RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host))
 	acct, refused := r.auth.Authenticate(req, false, realm, AuthHooks{OnFailure: r.opts.OnAuthFailure, OnSuccess: r.opts.OnAuthSuccess})
 	if refused != nil {
 		return refused
@@ -309,7 +311,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	}
 	// tmpl holds what every binding this request puts shares.
 	tmpl := &Binding{Tenant: acct.Tenant, Username: acct.Username, Extension: acct.Extension, Domain: domain,
-		CallID: string(*req.CallID()), CSeq: req.CSeq().SeqNo, Since: now, Updated: now}
+		CallID: strings.Clone(string(*req.CallID())), CSeq: req.CSeq().SeqNo, Since: now, Updated: now}
 	src, _ := netip.ParseAddrPort(req.Source())
 	tmpl.Source = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	tmpl.Transport = strings.ToLower(req.Transport())
@@ -327,7 +329,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 	}
 	if h := sipcore.Header(req, "User-Agent"); h != nil {
-		tmpl.UserAgent = h.Value()
+		tmpl.UserAgent = strings.Clone(h.Value())
 	}
 
 	key := aorKey{acct.Tenant, acct.Username}
@@ -393,6 +395,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		c := change{raw: uriText(&ch.Address), expires: exp}
 		c.instance, _ = ch.Params.Get("+sip.instance")
 		c.q, _ = ch.Params.Get("q")
+		c.instance, c.q = strings.Clone(c.instance), strings.Clone(c.q)
 		changes = append(changes, c)
 	}
 	// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
