@@ -65,10 +65,13 @@ func parseRegisterFast(data []byte) (*sip.Request, bool) {
 		return nil, false // a body, or no end of headers
 	}
 	text := string(data[:end+2]) // every line ends in CRLF
+	if lines := strings.Count(text, "\r\n"); strings.Count(text, "\n") != lines || strings.Count(text, "\r") != lines {
+		return nil, false // a bare CR or LF
+	}
 	i := strings.Index(text, "\r\n")
 	line, rest := text[:i], text[i+2:]
 	sp1, sp2 := strings.IndexByte(line, ' '), strings.LastIndexByte(line, ' ')
-	if sp1 < 0 || sp2 <= sp1 || line[:sp1] != string(sip.REGISTER) || strings.ContainsAny(line, "\r\n") {
+	if sp1 < 0 || sp2 <= sp1 || line[:sp1] != string(sip.REGISTER) {
 		return nil, false
 	}
 	var uri sip.Uri
@@ -80,7 +83,7 @@ func parseRegisterFast(data []byte) (*sip.Request, bool) {
 	for rest != "" {
 		i := strings.Index(rest, "\r\n")
 		line, rest = rest[:i], rest[i+2:]
-		if line == "" || line[0] == ' ' || line[0] == '\t' || strings.ContainsAny(line, "\r\n") {
+		if line == "" || line[0] == ' ' || line[0] == '\t' {
 			return nil, false
 		}
 		colon := strings.IndexByte(line, ':')
