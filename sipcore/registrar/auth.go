@@ -261,6 +261,24 @@ func (a *Auth) mac(prefix []byte, realm string, out []byte) {
 	copy(out, m.h.Sum(m.sum[:0])[:16])
 }
 
+// hexEqualFold reports in constant time (for equal lengths) whether got is
+// the lower-case hex digest want in any case, as comparing want with
+// strings.ToLower(got) does.
+func hexEqualFold(want []byte, got string) bool {
+	if len(want) != len(got) {
+		return false
+	}
+	var diff byte
+	for i := range want {
+		c := got[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		diff |= want[i] ^ c
+	}
+	return subtle.ConstantTimeByteEq(diff, 0) == 1
+}
+
 // isASCII reports whether s is all ASCII.
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -299,14 +317,13 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if proxy {
 		name = "Proxy-Authorization"
 	}
-	hdrs := sipcore.Headers(req, name)
-	if len(hdrs) == 0 {
-		return Result{Outcome: Challenged}
-	}
 	var cred Credentials
 	var err error
 	found := false
-	for _, h := range hdrs {
+	for _, h := range req.Headers() { // no list of them to allocate
+		if !strings.EqualFold(h.Name(), name) {
+			continue
+		}
 		c, perr := ParseCredentials(h.Value())
 		if perr != nil {
 			err = perr
@@ -362,9 +379,9 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if !ok {
 		password = dummyPassword
 	}
-	want, _ := DigestResponse(alg, cred.Username, cred.Realm, password, req.Method.String(), cred.URI, cred.Nonce, qop, cred.NC, cred.Cnonce)
-	got := strings.ToLower(cred.Response)
-	match := subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+	var digest [2 * sha256.Size]byte
+	want, _ := digestResponse(&digest, alg, cred.Username, cred.Realm, password, req.Method.String(), cred.URI, cred.Nonce, qop, cred.NC, cred.Cnonce)
+	match := hexEqualFold(want, cred.Response)
 	if !ok || !match || !uriOK {
 		res.Outcome = Rejected
 		return res
