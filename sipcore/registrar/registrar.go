@@ -359,11 +359,21 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 // ask for (RFC 3261 10.3 steps 6 and 8), or returns the response refusing
 // them.
 func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tmpl *Binding) (changes []change, wildcard bool, bad *sip.Response) {
-	contacts := sipcore.Headers(req, "Contact")
-	if len(contacts) > maxContactsPerRequest {
+	// The Contact headers are visited in place, not gathered in a list.
+	isContact := func(h sip.Header) bool { return strings.EqualFold(h.Name(), "Contact") }
+	contacts := 0
+	for _, h := range req.Headers() {
+		if isContact(h) {
+			contacts++
+		}
+	}
+	if contacts > maxContactsPerRequest {
 		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Too Many Contacts")
 	}
-	for _, h := range contacts {
+	for _, h := range req.Headers() {
+		if !isContact(h) {
+			continue
+		}
 		ch, ok := h.(*sip.ContactHeader)
 		if !ok {
 			return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Contact")
@@ -399,7 +409,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		changes = append(changes, c)
 	}
 	// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
-	if wildcard && (len(contacts) != 1 || hdrExpires != 0) {
+	if wildcard && (contacts != 1 || hdrExpires != 0) {
 		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Wildcard Contact")
 	}
 	return changes, wildcard, nil
