@@ -25,6 +25,9 @@ type Server struct {
 	log       *slog.Logger
 	opts      Options
 	userAgent string
+	// serverHeader is the Server header every response carries, made once
+	// and shared (a header is never written once made).
+	serverHeader sip.Header
 
 	ua  *sipgo.UserAgent
 	srv *sipgo.Server
@@ -119,6 +122,7 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 		parser: sip.NewParser(), txs: newTxTracker(opts.maxServerTransactions()), known: newKnownSources(),
 		registers: newRegisterCache(opts.maxServerTransactions())}
 	s.tcp = newTCPLimits(opts.TCP, opts.Admit, log)
+	s.serverHeader = sip.NewHeader("Server", s.userAgent)
 
 	// Bind everything first so a taken port surfaces before anything runs.
 	for _, l := range opts.Listeners {
@@ -444,7 +448,7 @@ func (s *Server) DecorateResponse(res *sip.Response) {
 	if s.userAgent == "" || Header(res, "Server") != nil {
 		return
 	}
-	res.AppendHeader(sip.NewHeader("Server", s.userAgent))
+	res.AppendHeader(s.serverHeader)
 }
 
 // DecorateRequest adds the User-Agent header to req unless present or

@@ -83,7 +83,7 @@ func (u *udpListener) refuseOverCap(data []byte, src netip.AddrPort) bool {
 // (past the transaction cap, or a REGISTER its workers cannot take), counted
 // before the answer leaves so whoever reads the 503 sees it counted.
 func (u *udpListener) shed(req *sip.Request, src netip.AddrPort) {
-	res := sip.NewResponseFromRequest(req, sip.StatusServiceUnavailable, "Service Unavailable", nil)
+	res := NewResponse(req, sip.StatusServiceUnavailable, "Service Unavailable")
 	res.AppendHeader(sip.NewHeader("Retry-After", strconv.Itoa(RetryAfterOverload)))
 	u.s.stats.refusedOverCap.Add(1)
 	u.reply(req, res, src)

@@ -221,7 +221,7 @@ func (u *udpListener) parseRequest(data []byte, src netip.AddrPort) (*sip.Reques
 func (u *udpListener) reply(req *sip.Request, res *sip.Response, src netip.AddrPort) {
 	res.SipVersion = sipVersion
 	u.s.DecorateResponse(res)
-	if _, err := u.conn.WriteToUDPAddrPort([]byte(res.String()), replyAddr(req, src)); err != nil {
+	if _, err := u.conn.WriteToUDPAddrPort(ResponseBytes(res), replyAddr(req, src)); err != nil {
 		u.s.log.Debug("udp stateless reply", "status", res.StatusCode, "err", err)
 	}
 }

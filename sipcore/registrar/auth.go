@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -225,18 +226,67 @@ func (a *Auth) newNonce(realm string) string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// macState is a nonce HMAC with the scratch space it hashes from: the
+// text and the sum go through the hash.Hash interface, so buffers of
+// their own would be allocated for every nonce.
+type macState struct {
+	h    hash.Hash
+	text []byte
+	sum  [sha256.Size]byte
+}
+
 func (a *Auth) mac(prefix []byte, realm string, out []byte) {
-	m, _ := a.macs.Get().(hash.Hash)
+	m, _ := a.macs.Get().(*macState)
 	if m == nil {
-		m = hmac.New(sha256.New, a.secret)
+		m = &macState{h: hmac.New(sha256.New, a.secret), text: make([]byte, 0, 128)}
 	} else {
-		m.Reset()
+		m.h.Reset()
 	}
 	defer a.macs.Put(m)
-	m.Write(prefix)
-	m.Write([]byte(strings.ToLower(realm)))
-	var sum [32]byte
-	copy(out, m.Sum(sum[:0])[:16])
+	m.text = append(m.text[:0], prefix...)
+	if !isASCII(realm) {
+		realm = strings.ToLower(realm)
+	}
+	for i := 0; i < len(realm); i++ { // lower-cased as strings.ToLower does ASCII
+		c := realm[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		m.text = append(m.text, c)
+	}
+	if len(m.text) > 1024 {
+		defer func() { m.text = make([]byte, 0, 128) }() // not kept at that size
+	}
+	m.h.Write(m.text)
+	copy(out, m.h.Sum(m.sum[:0])[:16])
+}
+
+// hexEqualFold reports in constant time (for equal lengths) whether got is
+// the lower-case hex digest want in any case, as comparing want with
+// strings.ToLower(got) does.
+func hexEqualFold(want []byte, got string) bool {
+	if len(want) != len(got) {
+		return false
+	}
+	var diff byte
+	for i := range want {
+		c := got[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		diff |= want[i] ^ c
+	}
+	return subtle.ConstantTimeByteEq(diff, 0) == 1
+}
+
+// isASCII reports whether s is all ASCII.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkNonce reports whether nonce was issued by this Auth for realm, when
@@ -267,14 +317,13 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if proxy {
 		name = "Proxy-Authorization"
 	}
-	hdrs := sipcore.Headers(req, name)
-	if len(hdrs) == 0 {
-		return Result{Outcome: Challenged}
-	}
 	var cred Credentials
 	var err error
 	found := false
-	for _, h := range hdrs {
+	for _, h := range req.Headers() { // no list of them to allocate
+		if !strings.EqualFold(h.Name(), name) {
+			continue
+		}
 		c, perr := ParseCredentials(h.Value())
 		if perr != nil {
 			err = perr
@@ -330,9 +379,9 @@ func (a *Auth) Check(req *sip.Request, proxy bool, realm string) Result {
 	if !ok {
 		password = dummyPassword
 	}
-	want, _ := DigestResponse(alg, cred.Username, cred.Realm, password, req.Method.String(), cred.URI, cred.Nonce, qop, cred.NC, cred.Cnonce)
-	got := strings.ToLower(cred.Response)
-	match := subtle.ConstantTimeCompare([]byte(want), []byte(got)) == 1
+	var digest [2 * sha256.Size]byte
+	want, _ := digestResponse(&digest, alg, cred.Username, cred.Realm, password, req.Method.String(), cred.URI, cred.Nonce, qop, cred.NC, cred.Cnonce)
+	match := hexEqualFold(want, cred.Response)
 	if !ok || !match || !uriOK {
 		res.Outcome = Rejected
 		return res
@@ -441,10 +490,22 @@ func (a *Auth) sweepTick() {
 	}
 }
 
+// uriBufs hold the Request-URI's text while URIMatches compares it (its
+// String grows a builder for every authenticated request).
+var uriBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 // URIMatches reports whether the digest uri names the request's
 // Request-URI: the same text, or the same scheme, user, host and port.
 func URIMatches(digestURI string, reqURI sip.Uri) bool {
-	if digestURI == reqURI.String() {
+	buf := uriBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	reqURI.StringWrite(buf)
+	text := buf.Bytes()
+	same := digestURI == string(text) // compared, not copied
+	if buf.Cap() <= 4096 {
+		uriBufs.Put(buf)
+	}
+	if same {
 		return true
 	}
 	var u sip.Uri
@@ -493,13 +554,13 @@ func quoteEscape(s string) string {
 // identical apart from nonce and tags.
 func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) *sip.Response {
 	if res.Outcome == Rejected {
-		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	code, reason, hname := sip.StatusUnauthorized, "Unauthorized", "WWW-Authenticate"
 	if proxy {
 		code, reason, hname = sip.StatusProxyAuthRequired, "Proxy Authentication Required", "Proxy-Authenticate"
 	}
-	r := sip.NewResponseFromRequest(req, code, reason, nil)
+	r := sipcore.NewResponse(req, code, reason)
 	nonce := a.newNonce(realm)
 	for _, alg := range a.algs {
 		r.AppendHeader(sip.NewHeader(hname, challengeValue(realm, nonce, alg, res.Stale)))
@@ -544,7 +605,7 @@ func (a *Auth) Authenticate(req *sip.Request, proxy bool, realm string, hooks Au
 		return Account{}, a.Response(req, ar, proxy, realm)
 	}
 	if hooks.OnSuccess != nil && !hooks.OnSuccess(src, realm, ar.Username) {
-		return Account{}, sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return Account{}, sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	return ar.Account, nil
 }

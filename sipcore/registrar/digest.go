@@ -175,20 +175,28 @@ func newHash(alg string) (hash.Hash, bool) {
 // DigestResponse computes the expected response (RFC 2617 / RFC 7616 with
 // qop=auth, or without qop) as lower-case hex.
 func DigestResponse(alg, username, realm, password, method, uri, nonce, qop string, nc uint32, cnonce string) (string, bool) {
+	var out [2 * sha256.Size]byte
+	b, ok := digestResponse(&out, alg, username, realm, password, method, uri, nonce, qop, nc, cnonce)
+	return string(b), ok
+}
+
+// digestResponse is DigestResponse written into out (no string for the
+// check of every authenticated request to allocate).
+func digestResponse(out *[2 * sha256.Size]byte, alg, username, realm, password, method, uri, nonce, qop string, nc uint32, cnonce string) ([]byte, bool) {
 	sha := false
 	switch strings.ToUpper(alg) {
 	case "", AlgMD5:
 	case AlgSHA256:
 		sha = true
 	default:
-		return "", false
+		return nil, false
 	}
 	// The hashed texts are joined in one buffer and the hex digests kept in
 	// arrays, hashed by the package functions (no hash.Hash interface for
 	// the buffers to escape through): this runs for every authenticated
 	// request.
 	var buf [512]byte
-	var ha1, ha2, out [2 * sha256.Size]byte
+	var ha1, ha2 [2 * sha256.Size]byte
 	a1 := hexDigest(&ha1, sha, join(buf[:0], username, realm, password))
 	a2 := hexDigest(&ha2, sha, join(buf[:0], method, uri))
 	b := append(append(append(buf[:0], a1...), ':'), nonce...)
@@ -198,7 +206,7 @@ func DigestResponse(alg, username, realm, password, method, uri, nonce, qop stri
 		b = append(append(append(append(b, ':'), cnonce...), ':'), qop...)
 	}
 	b = append(append(b, ':'), a2...)
-	return string(hexDigest(&out, sha, b)), true
+	return hexDigest(out, sha, b), true
 }
 
 // hexDigest writes the MD5 or SHA-256 of text to dst in lower-case hex and

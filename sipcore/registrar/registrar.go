@@ -1,6 +1,7 @@
 package registrar
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -278,16 +279,18 @@ func RealmFor(dir Directory, hosts ...string) string {
 func (r *Registrar) register(req *sip.Request) *sip.Response {
 	to := req.To()
 	if to == nil || req.CallID() == nil || req.CSeq() == nil {
-		return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Request", nil)
+		return sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Request")
 	}
-	realm := RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host)
+	// Copies of what a binding or a hook may keep: the request's strings
+	// can be slices of the whole message (sipcore's REGISTER parser).
+	realm := strings.Clone(RealmFor(r.auth.Directory(), to.Address.Host, req.Recipient.Host))
 	acct, refused := r.auth.Authenticate(req, false, realm, AuthHooks{OnFailure: r.opts.OnAuthFailure, OnSuccess: r.opts.OnAuthSuccess})
 	if refused != nil {
 		return refused
 	}
 	if u := to.Address.User; u != acct.Username && (acct.Extension == "" || u != acct.Extension) {
 		// Valid credentials for another AOR.
-		return sip.NewResponseFromRequest(req, sip.StatusForbidden, "Forbidden", nil)
+		return sipcore.NewResponse(req, sip.StatusForbidden, "Forbidden")
 	}
 	return r.apply(req, acct, realm)
 }
@@ -305,13 +308,13 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 	if h := sipcore.Header(req, "Expires"); h != nil {
 		v, err := ParseExpires(h.Value())
 		if err != nil {
-			return sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Expires", nil)
+			return sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Expires")
 		}
 		hdrExpires = v
 	}
 	// tmpl holds what every binding this request puts shares.
 	tmpl := &Binding{Tenant: acct.Tenant, Username: acct.Username, Extension: acct.Extension, Domain: domain,
-		CallID: string(*req.CallID()), CSeq: req.CSeq().SeqNo, Since: now, Updated: now}
+		CallID: strings.Clone(string(*req.CallID())), CSeq: req.CSeq().SeqNo, Since: now, Updated: now}
 	src, _ := netip.ParseAddrPort(req.Source())
 	tmpl.Source = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	tmpl.Transport = strings.ToLower(req.Transport())
@@ -329,7 +332,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		}
 	}
 	if h := sipcore.Header(req, "User-Agent"); h != nil {
-		tmpl.UserAgent = h.Value()
+		tmpl.UserAgent = strings.Clone(h.Value())
 	}
 
 	key := aorKey{acct.Tenant, acct.Username}
@@ -346,7 +349,7 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 		if status == sip.StatusForbidden {
 			reason = "Too Many Registered Contacts"
 		}
-		return sip.NewResponseFromRequest(req, status, reason, nil)
+		return sipcore.NewResponse(req, status, reason)
 	}
 	r.storeLocked(key, a, acct.Extension, u.next)
 	r.mu.Unlock()
@@ -359,14 +362,24 @@ func (r *Registrar) apply(req *sip.Request, acct Account, domain string) *sip.Re
 // ask for (RFC 3261 10.3 steps 6 and 8), or returns the response refusing
 // them.
 func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tmpl *Binding) (changes []change, wildcard bool, bad *sip.Response) {
-	contacts := sipcore.Headers(req, "Contact")
-	if len(contacts) > maxContactsPerRequest {
-		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Too Many Contacts", nil)
+	// The Contact headers are visited in place, not gathered in a list.
+	isContact := func(h sip.Header) bool { return strings.EqualFold(h.Name(), "Contact") }
+	contacts := 0
+	for _, h := range req.Headers() {
+		if isContact(h) {
+			contacts++
+		}
 	}
-	for _, h := range contacts {
+	if contacts > maxContactsPerRequest {
+		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Too Many Contacts")
+	}
+	for _, h := range req.Headers() {
+		if !isContact(h) {
+			continue
+		}
 		ch, ok := h.(*sip.ContactHeader)
 		if !ok {
-			return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact", nil)
+			return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Contact")
 		}
 		if ch.Address.Wildcard {
 			wildcard = true
@@ -376,7 +389,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		if v, ok := ch.Params.Get("expires"); ok {
 			d, err := ParseExpires(v)
 			if err != nil {
-				return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Contact Expires", nil)
+				return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Contact Expires")
 			}
 			exp = d
 		}
@@ -384,7 +397,7 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 			exp = r.opts.DefaultExpires
 		}
 		if exp > 0 && exp < r.opts.MinExpires {
-			res := sip.NewResponseFromRequest(req, sip.StatusIntervalToBrief, "Interval Too Brief", nil)
+			res := sipcore.NewResponse(req, sip.StatusIntervalToBrief, "Interval Too Brief")
 			res.AppendHeader(sip.NewHeader("Min-Expires", strconv.Itoa(int(r.opts.MinExpires/time.Second))))
 			return nil, false, res
 		}
@@ -392,16 +405,30 @@ func (r *Registrar) parseContacts(req *sip.Request, hdrExpires time.Duration, tm
 		if exp > 0 {
 			exp = r.natExpiry(exp, tmpl.Transport, ch.Address, tmpl.Source)
 		}
-		c := change{raw: ch.Address.String(), expires: exp}
+		c := change{raw: uriText(&ch.Address), expires: exp}
 		c.instance, _ = ch.Params.Get("+sip.instance")
 		c.q, _ = ch.Params.Get("q")
+		c.instance, c.q = strings.Clone(c.instance), strings.Clone(c.q)
 		changes = append(changes, c)
 	}
 	// RFC 3261 10.3 step 6: "*" only alone and with Expires: 0.
-	if wildcard && (len(contacts) != 1 || hdrExpires != 0) {
-		return nil, false, sip.NewResponseFromRequest(req, sip.StatusBadRequest, "Bad Wildcard Contact", nil)
+	if wildcard && (contacts != 1 || hdrExpires != 0) {
+		return nil, false, sipcore.NewResponse(req, sip.StatusBadRequest, "Bad Wildcard Contact")
 	}
 	return changes, wildcard, nil
+}
+
+// uriText is u.String() in one allocation of its size: written into a
+// pooled buffer (shared with URIMatches), then copied.
+func uriText(u *sip.Uri) string {
+	buf := uriBufs.Get().(*bytes.Buffer)
+	buf.Reset()
+	u.StringWrite(buf)
+	s := buf.String()
+	if buf.Cap() <= 4096 {
+		uriBufs.Put(buf)
+	}
+	return s
 }
 
 // update is what a REGISTER does to an AOR's bindings.
@@ -524,7 +551,7 @@ func (r *Registrar) storeLocked(key aorKey, a *aor, ext string, next []Binding) 
 // ok is the 200 to a REGISTER: every binding of the AOR with its
 // remaining seconds, and the Date.
 func (r *Registrar) ok(req *sip.Request, bindings []Binding, now time.Time) *sip.Response {
-	res := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+	res := sipcore.NewResponse(req, sip.StatusOK, "OK")
 	for i := range bindings {
 		secs := int(bindings[i].Expires.Sub(now).Round(time.Second) / time.Second)
 		res.AppendHeader(sip.NewHeader("Contact", contactValue(&bindings[i], max(secs, 0))))

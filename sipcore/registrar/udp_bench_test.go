@@ -139,6 +139,9 @@ func sendRegisters(b *testing.B, clients []*udpRegisterClient, n int, tag string
 // (read, parse, transaction, digest, binding, 200, write). The client's work
 // (building messages, reading answers) is in the same process, so compare
 // runs with each other rather than with the per-process figures.
+// allocs/op shows a regression: 63 (112 before the answers were built
+// without copying the request's headers and the key, contact and digest
+// uri texts in one allocation each, and the REGISTER parsed from one copy).
 func BenchmarkUDPRegister(b *testing.B) {
 	e := registerEnv(b)
 	clients := make([]*udpRegisterClient, 8)
