@@ -120,6 +120,15 @@ func zoneID(zone string) uint32 {
 	return 0
 }
 
+// rawCall makes a system call that cannot block (a non-blocking socket,
+// MSG_DONTWAIT, epoll_wait without timeout) without entering the runtime's
+// syscall state: the scheduler need not hand the P off for it, and sysmon
+// is not woken (see the comment at the top of relay_linux.go). A call that
+// could block must not use it: its P would be stuck for the duration.
+func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
+	return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+}
+
 // sendTo writes one datagram to addr without waiting: a full send buffer
 // drops the packet (EAGAIN) rather than stalling the relay.
 func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
@@ -155,7 +164,7 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 		p = unsafe.Pointer(&b[0])
 	}
 	for {
-		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), salen)
+		_, _, e := rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), salen)
 		if e == unix.EINTR {
 			continue
 		}
@@ -171,7 +180,7 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 func (s *sock) recvFrom(buf []byte, sa *unix.RawSockaddrAny) (int, netip.AddrPort, syscall.Errno) {
 	for {
 		salen := uint32(unix.SizeofSockaddrAny)
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
+		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
 		if e == unix.EINTR {
 			continue
 		}
