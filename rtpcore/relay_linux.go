@@ -369,6 +369,7 @@ func (l *Leg) stopIO() {
 		l.rtcp.close()
 	}
 	l.conn.close()
+	l.conn.closeTwin()
 	l.sess.e.pool.release(int(l.local.Port()))
 }
 
