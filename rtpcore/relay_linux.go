@@ -31,10 +31,18 @@ import (
 // syscall state, and entering it wakes sysmon whenever the whole process
 // had been idle; sysmon then polls every 20 µs until the process idles
 // again. With packets arriving every few microseconds to milliseconds the
-// process idles and wakes all the time, and sysmon's wake-ups and sleeps
-// were a fifth of the relay's CPU (issue 16: BenchmarkRelayProcess, 500
-// calls, about 4.6 -> 3.4 µs per packet and 0.19 -> 0.1 context switches
-// per packet).
+// process idles and wakes all the time: in a perf profile of
+// BenchmarkRelayProcess sysmon's sleeps alone were 9% of the relay's
+// samples, and making every call raw took the relay from 4.6 to 3.4 µs
+// per packet (500 calls, ABAB; issue 16). With every call raw, though,
+// sysmon slept through the relay's work, and on a loaded host the relay
+// fell behind by hundreds of milliseconds far more often than before
+// (BenchmarkRelayProcess, 500 calls, host load 4 to 13: latency max
+// 0.3-1.5 s in most phases, against 10-150 ms). So once every sysmonKick
+// a worker makes its poll an ordinary call, which wakes sysmon if it
+// sleeps. Measured ABAB in one binary at 500 calls: all ordinary 3.9-4.1
+// µs per packet, kick every 1 ms 3.3-3.8 with the same tails, all raw
+// 2.8-3.3 with the long ones (PBX_RELAY_KICK_US, PBX_RELAY_SCHED_CALLS).
 //
 // Two ways of waking less often were measured and are not used (issue 16):
 // waiting in epoll_wait on the worker's own thread lowered the relay's CPU
@@ -45,6 +53,10 @@ import (
 // many legs gather) hands the P off on every pause and cost far more than
 // it saved when the phones share the process. relayPause stays for
 // BenchmarkRelayProcess to explore on a quiet machine.
+
+// sysmonKick is how often a worker makes one of its calls an ordinary
+// system call; zero: never.
+var sysmonKick = time.Millisecond
 
 // relayPause, when positive, is how long a worker lets packets gather
 // after a batch smaller than pauseBelow. Zero: no pause.
@@ -82,6 +94,7 @@ type worker struct {
 	ready  []*sock // the sockets of events, looked up under mu once per batch
 	buf    []byte
 	from   unix.RawSockaddrAny
+	kicked time.Time // the last ordinary system call, see poll
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -147,7 +160,8 @@ func (w *worker) run() {
 	if err == nil {
 		err = rc.Read(func(fd uintptr) bool {
 			for {
-				n, err := epollPoll(int(fd), w.events)
+				now := time.Now()
+				n, err := w.poll(int(fd), now)
 				switch {
 				case err == unix.EINTR:
 					continue
@@ -157,7 +171,7 @@ func (w *worker) run() {
 				case n == 0:
 					return false // park until the set is readable
 				}
-				if w.serve(w.events[:n]) {
+				if w.serve(w.events[:n], now) {
 					return true
 				}
 				if relayPause > 0 && n < pauseBelow {
@@ -174,7 +188,7 @@ func (w *worker) run() {
 // serve reads one datagram from each ready socket and relays it. It
 // reports whether the worker is to stop. The packets of a batch share one
 // arrival time: they were all queued by the time the batch began.
-func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
+func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 	ready := w.ready[:len(events)]
 	w.mu.Lock()
 	for i := range events {
@@ -184,7 +198,6 @@ func (w *worker) serve(events []unix.EpollEvent) (stop bool) {
 		}
 	}
 	w.mu.Unlock()
-	now := time.Now()
 	for i, s := range ready {
 		ready[i] = nil
 		if events[i].Fd == wakeSlot {
@@ -371,6 +384,18 @@ func (l *Leg) stopIO() {
 	l.conn.close()
 	l.conn.closeTwin()
 	l.sess.e.pool.release(int(l.local.Port()))
+}
+
+// poll takes the ready events of the worker's set without waiting. Every
+// sysmonKick it does so as an ordinary system call, which wakes sysmon if
+// it is asleep (see the comment at the top of the file); otherwise as a
+// raw one.
+func (w *worker) poll(epfd int, now time.Time) (int, error) {
+	if sysmonKick > 0 && now.Sub(w.kicked) >= sysmonKick {
+		w.kicked = now
+		return unix.EpollWait(epfd, w.events, 0)
+	}
+	return epollPoll(epfd, w.events)
 }
 
 // epollPoll takes the ready events of the set without waiting, as a raw

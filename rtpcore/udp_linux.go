@@ -143,8 +143,16 @@ func zoneID(zone string) uint32 {
 // is not woken (see the comment at the top of relay_linux.go). A call that
 // could block must not use it: its P would be stuck for the duration.
 func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
+	if scheduledCalls {
+		return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
 	return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
 }
+
+// scheduledCalls makes rawCall an ordinary system call, as the relay made
+// them before; BenchmarkRelayProcess sets it (PBX_RELAY_SCHED_CALLS=1) to
+// compare both in one binary.
+var scheduledCalls bool
 
 // sendTo writes one datagram to addr without waiting: a full send buffer
 // drops the packet (EAGAIN) rather than stalling the relay.
