@@ -38,11 +38,15 @@ import (
 // sysmon slept through the relay's work, and on a loaded host the relay
 // fell behind by hundreds of milliseconds far more often than before
 // (BenchmarkRelayProcess, 500 calls, host load 4 to 13: latency max
-// 0.3-1.5 s in most phases, against 10-150 ms). So once every sysmonKick
-// a worker makes its poll an ordinary call, which wakes sysmon if it
-// sleeps. Measured ABAB in one binary at 500 calls: all ordinary 3.9-4.1
-// µs per packet, kick every 1 ms 3.3-3.8 with the same tails, all raw
-// 2.8-3.3 with the long ones (PBX_RELAY_KICK_US, PBX_RELAY_SCHED_CALLS).
+// 0.3-1.5 s in 6 of 9 sets of phases, against 10-150 ms). So once every
+// sysmonKick a worker makes its poll an ordinary call, which wakes sysmon
+// if it sleeps: its own period for polling the network and preempting.
+// Measured in one binary, alternating, at 500 calls and host load 4 to 7:
+// all ordinary 4.1-4.4 µs per packet, a kick every 10 ms 2.8-3.2 with
+// latency max 17-90 ms, every 1 ms 3.1-3.8 (sysmon as busy as with
+// ordinary calls) and all raw 2.7-3.4, latency max 4-195 ms; these sets
+// are noisy, the machine being shared (PBX_RELAY_KICK_US,
+// PBX_RELAY_SCHED_CALLS).
 //
 // Two ways of waking less often were measured and are not used (issue 16):
 // waiting in epoll_wait on the worker's own thread lowered the relay's CPU
@@ -56,7 +60,7 @@ import (
 
 // sysmonKick is how often a worker makes one of its calls an ordinary
 // system call; zero: never.
-var sysmonKick = time.Millisecond
+var sysmonKick = 10 * time.Millisecond
 
 // relayPause, when positive, is how long a worker lets packets gather
 // after a batch smaller than pauseBelow. Zero: no pause.
