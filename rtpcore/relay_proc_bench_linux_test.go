@@ -68,11 +68,17 @@ func TestMain(m *testing.M) {
 // PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PAUSE_US sets the
 // workers' pause between batches (see relayPause); PBX_BENCH_RAW_SOCKETS
 // opens that many raw UDP sockets on the phones' address, as SIPp's
-// play_pcap_audio does per call (see openRawUDP).
+// play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
+// makes the relay's non-blocking calls ordinary system calls again (see
+// rawCall) and PBX_RELAY_KICK_US sets sysmonKick (0: every call raw).
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
 	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
 		relayPause = time.Duration(us) * time.Microsecond // to explore the trade-off
+	}
+	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_KICK_US")); err == nil && us >= 0 {
+		sysmonKick = time.Duration(us) * time.Microsecond
 	}
 	for _, c := range []struct {
 		calls, secs, rounds int

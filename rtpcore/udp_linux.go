@@ -29,6 +29,14 @@ type sock struct {
 	w    *worker
 	slot int32 // index in w.socks while registered, guarded by w.mu
 	reg  bool  // registered with w, guarded by w.mu
+
+	// An RTP socket's twin: a second socket on the same port, connected
+	// to the leg's latched source (see twin.go). twinFor is the address
+	// the twin was last asked to follow; the leg's worker alone uses it.
+	twin    atomic.Pointer[sock]
+	twinFor netip.AddrPort
+	// A twin's peer: where it is connected; nil while (re)connecting.
+	peer atomic.Pointer[netip.AddrPort]
 }
 
 const sockClosed = 1 << 40
@@ -74,6 +82,12 @@ func listenUDP(ip netip.Addr, port int) (*sock, error) {
 }
 
 func bindUDP(family int, ip netip.Addr, port int) (*sock, error) {
+	return bindUDPOpt(family, ip, port, false)
+}
+
+// bindUDPOpt is bindUDP; reusePort joins a port whose socket allows it
+// (a twin, see twin.go).
+func bindUDPOpt(family int, ip netip.Addr, port int, reusePort bool) (*sock, error) {
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "udp", Err: err}
@@ -87,6 +101,9 @@ func bindUDP(family int, ip netip.Addr, port int) (*sock, error) {
 	}
 	if err == nil {
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
+	}
+	if err == nil && reusePort {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 	}
 	if err == nil {
 		err = unix.Bind(fd, sa)
@@ -120,9 +137,33 @@ func zoneID(zone string) uint32 {
 	return 0
 }
 
+// rawCall makes a system call that cannot block (a non-blocking socket,
+// MSG_DONTWAIT, epoll_wait without timeout) without entering the runtime's
+// syscall state: the scheduler need not hand the P off for it, and sysmon
+// is not woken (see the comment at the top of relay_linux.go). A call that
+// could block must not use it: its P would be stuck for the duration.
+func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.Errno) {
+	if scheduledCalls {
+		return unix.Syscall6(trap, a1, a2, a3, a4, a5, a6)
+	}
+	return unix.RawSyscall6(trap, a1, a2, a3, a4, a5, a6)
+}
+
+// scheduledCalls makes rawCall an ordinary system call, as the relay made
+// them before; BenchmarkRelayProcess sets it (PBX_RELAY_SCHED_CALLS=1) to
+// compare both in one binary.
+var scheduledCalls bool
+
 // sendTo writes one datagram to addr without waiting: a full send buffer
 // drops the packet (EAGAIN) rather than stalling the relay.
 func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
+	if tw := s.twin.Load(); tw != nil {
+		if p := tw.peer.Load(); p != nil && *p == addr {
+			if err := tw.send(b); err != net.ErrClosed {
+				return err
+			}
+		}
+	}
 	if !s.acquire() {
 		return net.ErrClosed
 	}
@@ -155,7 +196,7 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 		p = unsafe.Pointer(&b[0])
 	}
 	for {
-		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), salen)
+		_, _, e := rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), salen)
 		if e == unix.EINTR {
 			continue
 		}
@@ -171,7 +212,7 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 func (s *sock) recvFrom(buf []byte, sa *unix.RawSockaddrAny) (int, netip.AddrPort, syscall.Errno) {
 	for {
 		salen := uint32(unix.SizeofSockaddrAny)
-		n, _, e := unix.Syscall6(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
+		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
 		if e == unix.EINTR {
 			continue
 		}
