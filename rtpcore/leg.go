@@ -252,7 +252,6 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		l.in.update(&h, len(pkt), l.sess.e.mono(now), l.clockRate.Load())
 	}
 	l.mu.Unlock()
-	l.conn.follow(src) // sends to src leave from a connected twin (twin.go)
 	l.sess.last.Store(l.sess.e.mono(now))
 
 	if taps := l.taps.Load(); taps != nil && !isRTCP {

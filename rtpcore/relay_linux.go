@@ -386,7 +386,6 @@ func (l *Leg) stopIO() {
 		l.rtcp.close()
 	}
 	l.conn.close()
-	l.conn.closeTwin()
 	l.sess.e.pool.release(int(l.local.Port()))
 }
 

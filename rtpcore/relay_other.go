@@ -74,9 +74,6 @@ func (l *Leg) stopIO() {
 	<-l.conn.done
 }
 
-// follow does nothing here: sockets have no connected twins.
-func (s *sock) follow(netip.AddrPort) {}
-
 // sendTo writes one datagram to addr.
 func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	_, err := s.c.WriteToUDPAddrPort(b, addr)

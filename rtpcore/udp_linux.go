@@ -29,14 +29,6 @@ type sock struct {
 	w    *worker
 	slot int32 // index in w.socks while registered, guarded by w.mu
 	reg  bool  // registered with w, guarded by w.mu
-
-	// An RTP socket's twin: a second socket on the same port, connected
-	// to the leg's latched source (see twin.go). twinFor is the address
-	// the twin was last asked to follow; the leg's worker alone uses it.
-	twin    atomic.Pointer[sock]
-	twinFor netip.AddrPort
-	// A twin's peer: where it is connected; nil while (re)connecting.
-	peer atomic.Pointer[netip.AddrPort]
 }
 
 const sockClosed = 1 << 40
@@ -82,12 +74,6 @@ func listenUDP(ip netip.Addr, port int) (*sock, error) {
 }
 
 func bindUDP(family int, ip netip.Addr, port int) (*sock, error) {
-	return bindUDPOpt(family, ip, port, false)
-}
-
-// bindUDPOpt is bindUDP; reusePort joins a port whose socket allows it
-// (a twin, see twin.go).
-func bindUDPOpt(family int, ip netip.Addr, port int, reusePort bool) (*sock, error) {
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: "udp", Err: err}
@@ -101,9 +87,6 @@ func bindUDPOpt(family int, ip netip.Addr, port int, reusePort bool) (*sock, err
 	}
 	if err == nil {
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
-	}
-	if err == nil && reusePort {
-		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 	}
 	if err == nil {
 		err = unix.Bind(fd, sa)
@@ -157,13 +140,6 @@ var scheduledCalls bool
 // sendTo writes one datagram to addr without waiting: a full send buffer
 // drops the packet (EAGAIN) rather than stalling the relay.
 func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
-	if tw := s.twin.Load(); tw != nil {
-		if p := tw.peer.Load(); p != nil && *p == addr {
-			if err := tw.send(b); err != net.ErrClosed {
-				return err
-			}
-		}
-	}
 	if !s.acquire() {
 		return net.ErrClosed
 	}
