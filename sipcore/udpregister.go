@@ -3,9 +3,7 @@ package sipcore
 import (
 	"bytes"
 	"net/netip"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -161,102 +159,3 @@ func (t *registerTx) Done() <-chan struct{} { return closedChan }
 func (t *registerTx) Err() error { return nil }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// registerCache keeps the final response of each REGISTER answered over UDP
-// for between one and two registerLinger periods, in two generations: a
-// new entry goes into the current one, and every period the previous
-// generation is dropped whole and the current one takes its place.
-type registerCache struct {
-	max    int
-	linger time.Duration // registerLinger when the cache was made
-	mu     sync.Mutex
-	cur    map[string]*cachedResponse
-	prev   map[string]*cachedResponse
-	timer  *time.Timer // rotates while entries remain
-}
-
-// cachedResponse is a REGISTER's final response (nil while it is handled)
-// and where it went.
-type cachedResponse struct {
-	res []byte
-	dst netip.AddrPort
-}
-
-func newRegisterCache(max int) *registerCache {
-	return &registerCache{max: max, linger: registerLinger, cur: map[string]*cachedResponse{}}
-}
-
-// begin looks key up: seen reports a REGISTER already handled or being
-// handled (res is its response, nil while it is handled); otherwise the
-// REGISTER is recorded as being handled, unless the cache is full of
-// REGISTERs of the current generation (full: the older one is dropped early
-// instead when that makes room).
-func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen, full bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.cur[key]
-	if !ok {
-		e, ok = c.prev[key]
-	}
-	if ok {
-		return e.res, e.dst, true, false
-	}
-	if len(c.cur)+len(c.prev) >= c.max {
-		if len(c.prev) == 0 || len(c.cur) >= c.max {
-			return nil, netip.AddrPort{}, false, true
-		}
-		// Room goes to the new REGISTER before the older generation's
-		// answers: they were kept at least one linger, and a retransmission
-		// of one of them is merely handled anew. Shedding a REGISTER the
-		// workers have time for because the cache of answered ones is
-		// full would refuse service at a rate the PBX sustains.
-		c.prev = nil
-	}
-	c.cur[key] = &cachedResponse{}
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.linger, c.rotate)
-	}
-	return nil, netip.AddrPort{}, false, false
-}
-
-// finish keeps the final response of key.
-func (c *registerCache) finish(key string, res []byte, dst netip.AddrPort) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.cur[key]
-	if !ok {
-		e, ok = c.prev[key]
-	}
-	if ok {
-		e.res, e.dst = res, dst
-	}
-}
-
-// forget drops key.
-func (c *registerCache) forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.cur, key)
-	delete(c.prev, key)
-}
-
-// rotate drops the previous generation; it runs every registerLinger
-// while entries remain.
-func (c *registerCache) rotate() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.prev, c.cur = c.cur, map[string]*cachedResponse{}
-	if len(c.prev) == 0 {
-		c.prev = nil
-		c.timer = nil
-		return
-	}
-	c.timer = time.AfterFunc(c.linger, c.rotate)
-}
-
-// size is the number of REGISTERs cached or being handled.
-func (c *registerCache) size() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.cur) + len(c.prev)
-}
