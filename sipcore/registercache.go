@@ -55,6 +55,19 @@ type registerEntry struct {
 	off, n uint32
 }
 
+// registerLinger is how long a REGISTER's answer stays cached at least
+// (at most twice that); a variable for the tests. A client retransmits a
+// REGISTER whose answer it did not get T1 (500 ms), then 1 s, 2 s... later
+// (RFC 3261 17.1.2.2): 2 s covers the copies sent on two lost answers in a
+// row (at 0.5 and 1.5 s), 4 s those of a third. A copy that comes later
+// is handled anew: one with credentials is refused as a replay of its
+// nonce count and challenged with stale=true, and the client registers
+// again with a fresh nonce without asking its user (RFC 7616 3.3): one
+// round trip more, for a loss that rare. The answers kept are most of the
+// live heap under a REGISTER load; CompletedLinger (5 s) kept two and a
+// half times as many.
+var registerLinger = 2 * time.Second
+
 const (
 	// registerArenaMin and registerArenaMax bound an arena's size: each
 	// new arena of a generation is twice the previous one, so a light load

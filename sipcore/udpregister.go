@@ -12,7 +12,7 @@ import (
 // REGISTER over UDP is answered without a sipgo transaction, as Kamailio
 // answers it: the readers parse it and hand it to a few workers that run the
 // REGISTER handler; the final response goes out at once and its bytes stay
-// in a retransmission cache (registerCache) for CompletedLinger, so a
+// in a retransmission cache (registerCache) for registerLinger, so a
 // retransmitted REGISTER gets the same answer again (RFC 3261 17.2.2) and
 // one still being handled is absorbed. A sipgo server transaction kept the
 // parsed request, the parsed response, two timers and a map entry (about
@@ -21,9 +21,6 @@ import (
 // load ends (sipgo's transaction map keeps the size of its largest load).
 // When the workers are behind or the cache is full, a new REGISTER is
 // answered 503 with Retry-After at once instead of waiting in a queue.
-// registerLinger is how long a REGISTER's answer stays cached at least
-// (at most twice that); a variable for the tests.
-var registerLinger = CompletedLinger
 
 const (
 	// registerWorkers run the REGISTER handler for one UDP listener.
