@@ -1,8 +1,11 @@
 package sipcore
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,4 +120,44 @@ func TestRegisterCacheChallengesAreNotKept(t *testing.T) {
 	if n := c.size(); n != 4*2000+2 {
 		t.Fatalf("%d entries, want %d", n, 4*2000+2)
 	}
+}
+
+// BenchmarkRegisterCacheHeap: the live heap the answer cache holds per
+// registration (a challenged REGISTER and its authenticated retry answered
+// 200, answers of a typical size) while the answers linger.
+//
+//	go test -run '^$' -bench RegisterCacheHeap -benchtime 1x ./sipcore/
+func BenchmarkRegisterCacheHeap(b *testing.B) {
+	const n = 100000
+	challenge := []byte("SIP/2.0 401 Unauthorized\r\n" + strings.Repeat("x", 450))
+	ok := []byte("SIP/2.0 200 OK\r\n" + strings.Repeat("y", 430))
+	dst := netip.MustParseAddrPort("127.0.0.1:5060")
+	keys := make([]string, 2*n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("z9hG4bK-%d-%016x__127.0.0.1:5060__REGISTER", i, uint64(i)*0x9e3779b97f4a7c15)
+	}
+	for range b.N {
+		c := testRegisterCache(4 * n)
+		before := liveHeap()
+		for i := 0; i < len(keys); i += 2 {
+			c.begin(keys[i])
+			c.finish(keys[i], bytes.Clone(challenge), dst)
+			c.begin(keys[i+1])
+			c.finish(keys[i+1], bytes.Clone(ok), dst)
+		}
+		after := liveHeap()
+		b.ReportMetric(float64(int64(after)-int64(before))/n, "B/registration")
+		runtime.KeepAlive(c)
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
