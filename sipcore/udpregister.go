@@ -16,9 +16,10 @@ import (
 // retransmitted REGISTER gets the same answer again (RFC 3261 17.2.2) and
 // one still being handled is absorbed. A sipgo server transaction kept the
 // parsed request, the parsed response, two timers and a map entry (about
-// 3.5 kB) for as long; the cache keeps the response's bytes and its key,
-// and is dropped a generation at a time, so its memory goes back when a
-// load ends (sipgo's transaction map keeps the size of its largest load).
+// 3.5 kB) for as long; the cache keeps the response's bytes and a hash of
+// its key (registercache.go), and is dropped a generation at a time, so
+// its memory goes back when a load ends (sipgo's transaction map keeps the
+// size of its largest load).
 // When the workers are behind or the cache is full, a new REGISTER is
 // answered 503 with Retry-After at once instead of waiting in a queue.
 
