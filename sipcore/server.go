@@ -43,6 +43,9 @@ type Server struct {
 	loadOver        []func() // see OnLoadOver
 
 	unhandled atomic.Pointer[func(*sip.Response)]
+	// inDialog tells the UDP readers whether a BYE belongs to a dialog
+	// (SetDialogLookup); without it every BYE goes to the stack.
+	inDialog atomic.Pointer[func(*sip.Request) bool]
 
 	parser *sip.Parser // for the UDP readers' stateless answers
 	txs    *txTracker
@@ -331,6 +334,16 @@ func (s *Server) onUnhandledResponse(res *sip.Response) {
 // transaction ended (the caller must re-send its ACK).
 func (s *Server) OnUnhandledResponse(f func(*sip.Response)) {
 	s.unhandled.Store(&f)
+}
+
+// SetDialogLookup sets the function that reports whether a request belongs
+// to a dialog the PBX knows. With it the UDP readers answer a BYE that
+// belongs to none, and to no open transaction, 481 without a transaction
+// (RFC 3261 12.2.2, statelessly as 8.2.7 allows; Kamailio's sl answers
+// so): stray BYEs, such as SIPp sends for each REGISTER it gave up on
+// under overload, then cost no transaction kept for CompletedLinger.
+func (s *Server) SetDialogLookup(f func(*sip.Request) bool) {
+	s.inDialog.Store(&f)
 }
 
 // Handle registers h for method. Responses the handler sends through tx carry

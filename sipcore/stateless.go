@@ -54,6 +54,32 @@ func (u *udpListener) options(data []byte, src netip.AddrPort) bool {
 	return true
 }
 
+// strayBye answers 481 statelessly to a BYE that belongs to no dialog
+// (Server.SetDialogLookup) and to no open transaction (a retransmission
+// of a BYE answered by the stack gets that answer again), and reports
+// whether it did.
+func (u *udpListener) strayBye(data []byte, src netip.AddrPort) bool {
+	inDialog := u.s.inDialog.Load()
+	if inDialog == nil {
+		return false
+	}
+	req, ok := u.parseRequest(data, src)
+	if !ok {
+		u.s.stats.malformedDropped.Add(1)
+		return true
+	}
+	if req.Method != sip.BYE {
+		return false
+	}
+	key, err := sip.ServerTxKeyMake(req)
+	if err != nil || u.s.txs.has(key) || (*inDialog)(req) {
+		return false
+	}
+	u.s.stats.strayBye.Add(1) // counted before the answer leaves
+	u.reply(req, sip.NewResponseFromRequest(req, sip.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist", nil), src)
+	return true
+}
+
 // refuseOverCap answers 503 with Retry-After to a request that would open a
 // server transaction past the cap, and reports whether it did. ACK and
 // CANCEL (which belong to an INVITE transaction), retransmissions of an

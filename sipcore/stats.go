@@ -26,6 +26,7 @@ type Stats struct {
 	TooLarge          uint64 // UDP requests answered 513
 	TooLargeDropped   uint64 // UDP datagrams over the limit that could not be answered
 	StatelessOptions  uint64 // out-of-dialog OPTIONS answered without a transaction
+	StrayBye          uint64 // BYEs of no dialog answered 481 without a transaction
 	// StatelessRegister counts responses to REGISTERs over UDP, sent
 	// without a transaction; RegisterRetransmissions the retransmitted
 	// REGISTERs answered from (or absorbed by) the cache; CachedRegisters
@@ -45,6 +46,7 @@ type counters struct {
 	tooLarge, tooLargeDropped, statelessOptions        atomic.Uint64
 	malformedDropped, queueDropped, readErrors         atomic.Uint64
 	statelessRegister, registerRetransmissions         atomic.Uint64
+	strayBye                                           atomic.Uint64
 	overloadLogged                                     atomic.Int64 // unix ns of the last warning
 }
 
@@ -70,6 +72,7 @@ func (s *Server) Stats() Stats {
 		TooLarge:                s.stats.tooLarge.Load(),
 		TooLargeDropped:         s.stats.tooLargeDropped.Load(),
 		StatelessOptions:        s.stats.statelessOptions.Load(),
+		StrayBye:                s.stats.strayBye.Load(),
 		StatelessRegister:       s.stats.statelessRegister.Load(),
 		CachedRegisters:         s.registers.size(),
 		RegisterRetransmissions: s.stats.registerRetransmissions.Load(),

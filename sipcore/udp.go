@@ -161,6 +161,9 @@ func (u *udpListener) handle(data []byte, src netip.AddrPort) {
 	if bytes.HasPrefix(data, []byte("OPTIONS ")) && u.options(data, src) {
 		return
 	}
+	if bytes.HasPrefix(data, []byte("BYE ")) && u.strayBye(data, src) {
+		return
+	}
 	if u.s.txs.full() && u.refuseOverCap(data, src) {
 		return
 	}

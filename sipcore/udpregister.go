@@ -4,9 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/emiago/sipgo"
 	"github.com/emiago/sipgo/sip"
@@ -15,18 +13,16 @@ import (
 // REGISTER over UDP is answered without a sipgo transaction, as Kamailio
 // answers it: the readers parse it and hand it to a few workers that run the
 // REGISTER handler; the final response goes out at once and its bytes stay
-// in a retransmission cache (registerCache) for CompletedLinger, so a
+// in a retransmission cache (registerCache) for registerLinger, so a
 // retransmitted REGISTER gets the same answer again (RFC 3261 17.2.2) and
 // one still being handled is absorbed. A sipgo server transaction kept the
 // parsed request, the parsed response, two timers and a map entry (about
-// 3.5 kB) for as long; the cache keeps the response's bytes and its key,
-// and is dropped a generation at a time, so its memory goes back when a
-// load ends (sipgo's transaction map keeps the size of its largest load).
+// 3.5 kB) for as long; the cache keeps the response's bytes and a hash of
+// its key (registercache.go), and is dropped a generation at a time, so
+// its memory goes back when a load ends (sipgo's transaction map keeps the
+// size of its largest load).
 // When the workers are behind or the cache is full, a new REGISTER is
 // answered 503 with Retry-After at once instead of waiting in a queue.
-// registerLinger is how long a REGISTER's answer stays cached at least
-// (at most twice that); a variable for the tests.
-var registerLinger = CompletedLinger
 
 const (
 	// registerWorkers run the REGISTER handler for one UDP listener.
@@ -192,102 +188,3 @@ func (t *registerTx) Done() <-chan struct{} { return closedChan }
 func (t *registerTx) Err() error { return nil }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// registerCache keeps the final response of each REGISTER answered over UDP
-// for between one and two registerLinger periods, in two generations: a
-// new entry goes into the current one, and every period the previous
-// generation is dropped whole and the current one takes its place.
-type registerCache struct {
-	max    int
-	linger time.Duration // registerLinger when the cache was made
-	mu     sync.Mutex
-	cur    map[string]*cachedResponse
-	prev   map[string]*cachedResponse
-	timer  *time.Timer // rotates while entries remain
-}
-
-// cachedResponse is a REGISTER's final response (nil while it is handled)
-// and where it went.
-type cachedResponse struct {
-	res []byte
-	dst netip.AddrPort
-}
-
-func newRegisterCache(max int) *registerCache {
-	return &registerCache{max: max, linger: registerLinger, cur: map[string]*cachedResponse{}}
-}
-
-// begin looks key up: seen reports a REGISTER already handled or being
-// handled (res is its response, nil while it is handled); otherwise the
-// REGISTER is recorded as being handled, unless the cache is full of
-// REGISTERs of the current generation (full: the older one is dropped early
-// instead when that makes room).
-func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen, full bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.cur[key]
-	if !ok {
-		e, ok = c.prev[key]
-	}
-	if ok {
-		return e.res, e.dst, true, false
-	}
-	if len(c.cur)+len(c.prev) >= c.max {
-		if len(c.prev) == 0 || len(c.cur) >= c.max {
-			return nil, netip.AddrPort{}, false, true
-		}
-		// Room goes to the new REGISTER before the older generation's
-		// answers: they were kept at least one linger, and a retransmission
-		// of one of them is merely handled anew. Shedding a REGISTER the
-		// workers have time for because the cache of answered ones is
-		// full would refuse service at a rate the PBX sustains.
-		c.prev = nil
-	}
-	c.cur[key] = &cachedResponse{}
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.linger, c.rotate)
-	}
-	return nil, netip.AddrPort{}, false, false
-}
-
-// finish keeps the final response of key.
-func (c *registerCache) finish(key string, res []byte, dst netip.AddrPort) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.cur[key]
-	if !ok {
-		e, ok = c.prev[key]
-	}
-	if ok {
-		e.res, e.dst = res, dst
-	}
-}
-
-// forget drops key.
-func (c *registerCache) forget(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.cur, key)
-	delete(c.prev, key)
-}
-
-// rotate drops the previous generation; it runs every registerLinger
-// while entries remain.
-func (c *registerCache) rotate() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.prev, c.cur = c.cur, map[string]*cachedResponse{}
-	if len(c.prev) == 0 {
-		c.prev = nil
-		c.timer = nil
-		return
-	}
-	c.timer = time.AfterFunc(c.linger, c.rotate)
-}
-
-// size is the number of REGISTERs cached or being handled.
-func (c *registerCache) size() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.cur) + len(c.prev)
-}

@@ -142,6 +142,10 @@ func New(opts Options, log *slog.Logger) (*Manager, error) {
 	s.Handle(sip.OPTIONS, m.handleInDialog)
 	s.Handle(sip.REFER, m.handleRefer)
 	s.OnUnhandledResponse(m.handleUnhandledResponse)
+	s.SetDialogLookup(func(req *sip.Request) bool {
+		_, ok := m.lookupDialog(req)
+		return ok
+	})
 	return m, nil
 }
 
