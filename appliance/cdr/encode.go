@@ -144,16 +144,7 @@ func (e *encoder) time(t time.Time) {
 }
 
 func (e *encoder) steps(ss []Step) {
-	if ss == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '[')
-	for i := range ss {
-		s := &ss[i]
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
+	encodeList(e, ss, func(s *Step) {
 		e.b = append(e.b, `{"id":`...)
 		e.str(s.ID)
 		e.key("type")
@@ -169,6 +160,23 @@ func (e *encoder) steps(ss []Step) {
 		e.opt("kind", s.Kind)
 		e.opt("by", s.By)
 		e.opt("to", s.To)
+	})
+}
+
+// encodeList appends xs as a JSON array (null when nil, as encoding/json
+// writes a nil slice), each element an object that each writes from its
+// opening brace on; encodeList closes it.
+func encodeList[T any](e *encoder, xs []T, each func(*T)) {
+	if xs == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.b = append(e.b, '[')
+	for i := range xs {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		each(&xs[i])
 		e.b = append(e.b, '}')
 	}
 	e.b = append(e.b, ']')
@@ -183,16 +191,7 @@ func (e *encoder) opt(k, v string) {
 }
 
 func (e *encoder) legs(ls []Leg) {
-	if ls == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '[')
-	for i := range ls {
-		l := &ls[i]
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
+	encodeList(e, ls, func(l *Leg) {
 		e.b = append(e.b, `{"target":`...)
 		e.str(l.Target)
 		e.key("kind")
@@ -211,22 +210,11 @@ func (e *encoder) legs(ls []Leg) {
 		e.b = strconv.AppendBool(e.b, l.Won)
 		e.key("cause")
 		e.str(string(l.Cause))
-		e.b = append(e.b, '}')
-	}
-	e.b = append(e.b, ']')
+	})
 }
 
 func (e *encoder) digits(ds []Digits) {
-	if ds == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '[')
-	for i := range ds {
-		d := &ds[i]
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
+	encodeList(e, ds, func(d *Digits) {
 		e.b = append(e.b, `{"step":`...)
 		e.str(d.Step)
 		e.key("type")
@@ -235,9 +223,7 @@ func (e *encoder) digits(ds []Digits) {
 		e.str(d.Digits)
 		e.key("at")
 		e.time(d.At)
-		e.b = append(e.b, '}')
-	}
-	e.b = append(e.b, ']')
+	})
 }
 
 const hexDigits = "0123456789abcdef"
