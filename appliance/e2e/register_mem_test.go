@@ -52,14 +52,7 @@ func BenchmarkSIPpRegisterMemory(b *testing.B) {
 	cpu0 := cpuTime(b, pids[0])
 	var ok, failed int
 	for _, rate := range rates {
-		n := rate * int(step/time.Second) / procs
-		runs := make([]*sippRun, procs)
-		for i := range procs {
-			runs[i] = startSIPpLoad(b, dir, fmt.Sprintf("regmem%d-%d", rate, i), step+2*time.Minute,
-				fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "register.xml", "-inf", fmt.Sprintf("reg%d.csv", i),
-				"-r", strconv.Itoa(rate/procs), "-rp", "1000", "-m", strconv.Itoa(n), "-l", "5000",
-				"-recv_timeout", "10000", "-p", strconv.Itoa(ports[i]), "-i", "127.0.0.1", "-t", "u1")
-		}
+		runs, _ := startRegisterLoad(b, dir, "regmem", p.sipPort, ports, rate, step)
 		for _, r := range runs {
 			r.wait()
 			s := r.stats(b, dir)
