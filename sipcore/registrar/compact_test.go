@@ -13,15 +13,8 @@ import (
 // User-Agent with what the REGISTERs left (those are what pin a load's
 // pages).
 func TestCompact(t *testing.T) {
-	a, err := NewAuth(AuthOptions{}, tenantDir{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, a := newTenantRegistrar(t)
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	r, err := New(Options{Auth: a}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.now = func() time.Time { return now }
 	nonce := a.newNonce("acme.example")
 	for i := range 20 {
@@ -75,14 +68,7 @@ func TestCompact(t *testing.T) {
 // largest deployment); it runs once after each load, and REGISTERs wait
 // only for its last pass (putting the copies in place).
 func BenchmarkCompact(b *testing.B) {
-	a, err := NewAuth(AuthOptions{}, tenantDir{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := New(Options{Auth: a}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	r, _ := newTenantRegistrar(b)
 	exp := time.Now().Add(time.Hour)
 	r.mu.Lock()
 	for i := range 100000 {
@@ -101,14 +87,7 @@ func BenchmarkCompact(b *testing.B) {
 // never lost (an address of record that changed after Compact's copy
 // keeps its new bindings). Run with -race.
 func TestCompactDuringRegisters(t *testing.T) {
-	a, err := NewAuth(AuthOptions{}, tenantDir{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := New(Options{Auth: a}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, a := newTenantRegistrar(t)
 	nonce := a.newNonce("acme.example")
 	const users, rounds, contacts = 50, 20, 3
 	done := make(chan struct{})

@@ -21,16 +21,24 @@ func (tenantDir) Account(d, u string) (Account, bool) {
 	return Account{}, false
 }
 
-func TestCountByTenantAndListOrder(t *testing.T) {
+// newTenantRegistrar returns a registrar without a store whose accounts
+// are tenantDir's, and its digest authenticator.
+func newTenantRegistrar(tb testing.TB) (*Registrar, *Auth) {
+	tb.Helper()
 	a, err := NewAuth(AuthOptions{}, tenantDir{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	r, err := New(Options{Auth: a}, nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return r, a
+}
+
+func TestCountByTenantAndListOrder(t *testing.T) {
+	r, a := newTenantRegistrar(t)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	r.now = func() time.Time { return now }
 	nonce := a.newNonce("acme.example")
 	// Registered out of order, two contacts for u1, one refreshed twice.
