@@ -126,27 +126,21 @@ func (c *registerCache) begin(key string) (res []byte, dst netip.AddrPort, seen,
 	return nil, netip.AddrPort{}, false, false
 }
 
-// finish keeps the final response of key, or drops key when the response
-// is a challenge (401, 407), which a retransmission gets afresh.
-func (c *registerCache) finish(key string, res []byte, dst netip.AddrPort) {
+// finish keeps res, the final response of key with the given status, or
+// drops key when the response is a challenge (401, 407), which a
+// retransmission gets afresh.
+func (c *registerCache) finish(key string, status int, res []byte, dst netip.AddrPort) {
 	h := maphash.String(c.seed, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g, _, ok := c.find(h)
 	switch {
 	case !ok:
-	case isChallenge(res):
+	case status == 401 || status == 407:
 		delete(g.m, h)
 	default:
 		g.m[h] = g.add(res, dst)
 	}
-}
-
-// isChallenge reports whether res, a response's bytes, is a 401 or 407.
-func isChallenge(res []byte) bool {
-	const p = sipVersion + " 40"
-	return len(res) > len(p)+1 && string(res[:len(p)]) == p &&
-		(res[len(p)] == '1' || res[len(p)] == '7') && res[len(p)+1] == ' '
 }
 
 // add appends dst and res to g's arenas, as the address's binary form

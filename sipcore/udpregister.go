@@ -157,7 +157,7 @@ func (t *registerTx) Respond(res *sip.Response) error {
 	b := ResponseBytes(res)
 	dst := replyAddr(t.req, t.src)
 	if res.StatusCode >= 200 && !t.final.Swap(true) {
-		t.u.s.registers.finish(t.key, b, dst)
+		t.u.s.registers.finish(t.key, res.StatusCode, b, dst)
 		if res.StatusCode < 300 {
 			t.u.s.known.add(netip.AddrPortFrom(t.src.Addr().Unmap(), t.src.Port()))
 		}

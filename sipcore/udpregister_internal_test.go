@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestRegisterCacheDropsOldAnswersBeforeShedding(t *testing.T) {
 		if _, _, seen, full := c.begin(key); seen || full {
 			t.Fatalf("%s: seen %t, full %t", key, seen, full)
 		}
-		c.finish(key, []byte("SIP/2.0 200 OK\r\n\r\n"), dst)
+		c.finish(key, 200, []byte("SIP/2.0 200 OK\r\n\r\n"), dst)
 	}
 	c.rotate() // the three answers are now the older generation
 	if _, _, seen, full := c.begin("new0"); seen || full {
@@ -76,13 +77,13 @@ func TestRegisterCacheChallengesAreNotKept(t *testing.T) {
 		}
 	}()
 	dst := netip.MustParseAddrPort("127.0.0.2:5070")
-	for _, status := range []string{"401 Unauthorized", "407 Proxy Authentication Required"} {
+	for code, status := range map[int]string{401: "401 Unauthorized", 407: "407 Proxy Authentication Required"} {
 		key := "challenge " + status
 		c.begin(key)
 		if _, _, seen, _ := c.begin(key); !seen {
 			t.Fatalf("%s: a REGISTER being handled is not absorbed", status)
 		}
-		c.finish(key, []byte("SIP/2.0 "+status+"\r\n\r\n"), dst)
+		c.finish(key, code, []byte("SIP/2.0 "+status+"\r\n\r\n"), dst)
 		if _, _, seen, _ := c.begin(key); seen {
 			t.Fatalf("%s: a challenge is kept", status)
 		}
@@ -93,11 +94,12 @@ func TestRegisterCacheChallengesAreNotKept(t *testing.T) {
 		"SIP/2.0 423 Interval Too Brief": netip.MustParseAddrPort("[2001:db8::7]:5064"),
 		"SIP/2.0 400 Bad Request":        netip.MustParseAddrPort("10.1.2.3:1"),
 	}
+	code := func(ans string) int { n, _ := strconv.Atoi(ans[8:11]); return n }
 	for i := range 2000 { // more than one arena
 		for ans, to := range answers {
 			key := fmt.Sprintf("%s %d", ans, i)
 			c.begin(key)
-			c.finish(key, []byte(fmt.Sprintf("%s\r\nX: %d\r\n\r\n", ans, i)), to)
+			c.finish(key, code(ans), []byte(fmt.Sprintf("%s\r\nX: %d\r\n\r\n", ans, i)), to)
 		}
 		if i == 1000 {
 			c.rotate()
@@ -141,9 +143,9 @@ func BenchmarkRegisterCacheHeap(b *testing.B) {
 		before := liveHeap()
 		for i := 0; i < len(keys); i += 2 {
 			c.begin(keys[i])
-			c.finish(keys[i], bytes.Clone(challenge), dst)
+			c.finish(keys[i], 401, bytes.Clone(challenge), dst)
 			c.begin(keys[i+1])
-			c.finish(keys[i+1], bytes.Clone(ok), dst)
+			c.finish(keys[i+1], 200, bytes.Clone(ok), dst)
 		}
 		after := liveHeap()
 		b.ReportMetric(float64(int64(after)-int64(before))/n, "B/registration")
