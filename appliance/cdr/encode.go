@@ -44,14 +44,7 @@ func appendRecord(b []byte, r *Record) ([]byte, error) {
 	e.str(r.Source)
 	e.key("extension")
 	e.str(r.Extension)
-	e.key("start")
-	e.time(r.Start)
-	if r.Answer != nil {
-		e.key("answer")
-		e.time(*r.Answer)
-	}
-	e.key("end")
-	e.time(r.End)
+	e.span(r.Start, r.Answer, r.End)
 	e.key("duration_ms")
 	e.b = strconv.AppendInt(e.b, r.DurationMS, 10)
 	e.key("bill_ms")
@@ -132,6 +125,19 @@ func (e *encoder) key(k string) {
 	e.b = append(e.b, '"', ':')
 }
 
+// span appends the start, answer (when there was one) and end fields a
+// record and each of its legs have.
+func (e *encoder) span(start time.Time, answer *time.Time, end time.Time) {
+	e.key("start")
+	e.time(start)
+	if answer != nil {
+		e.key("answer")
+		e.time(*answer)
+	}
+	e.key("end")
+	e.time(end)
+}
+
 func (e *encoder) time(t time.Time) {
 	if y := t.Year(); y < 0 || y >= 10000 {
 		if e.err == nil {
@@ -196,14 +202,7 @@ func (e *encoder) legs(ls []Leg) {
 		e.str(l.Target)
 		e.key("kind")
 		e.str(l.Kind)
-		e.key("start")
-		e.time(l.Start)
-		if l.Answer != nil {
-			e.key("answer")
-			e.time(*l.Answer)
-		}
-		e.key("end")
-		e.time(l.End)
+		e.span(l.Start, l.Answer, l.End)
 		e.key("sip_status")
 		e.b = strconv.AppendInt(e.b, int64(l.SIPStatus), 10)
 		e.key("won")
