@@ -94,6 +94,23 @@ spec:
 	return b.String(), users
 }
 
+// registerScenario writes the scenario directory of procs SIPp processes
+// sending REGISTERs: users split among their accounts files (reg<i>.csv),
+// and a free local port for each.
+func registerScenario(b *testing.B, users []string, procs int) (dir string, ports []int) {
+	b.Helper()
+	csv := map[string]string{}
+	for i := range procs {
+		csv[fmt.Sprintf("reg%d.csv", i)] = credentials(users[i*len(users)/procs : (i+1)*len(users)/procs]...)
+	}
+	dir = scenarioDir(b, csv)
+	ports = make([]int, procs)
+	for i := range ports {
+		ports[i] = freePort(b)
+	}
+	return dir, ports
+}
+
 // startRegisterLoad starts one SIPp process per port in ports sending
 // register.xml to the PBX at sipPort: together rate REGISTERs a second
 // for step, each process with its own accounts file (reg<i>.csv). It
@@ -297,15 +314,7 @@ func BenchmarkSIPpRegister(b *testing.B) {
 	p := startPBX(b, pbxConfig{Extra: docs, LogLevel: "info", NoCDR: true})
 	pid := p.cmd.Process.Pid
 
-	csv := map[string]string{}
-	for i := range procs {
-		csv[fmt.Sprintf("reg%d.csv", i)] = credentials(users[i*len(users)/procs : (i+1)*len(users)/procs]...)
-	}
-	dir := scenarioDir(b, csv)
-	ports := make([]int, procs)
-	for i := range ports {
-		ports[i] = freePort(b)
-	}
+	dir, ports := registerScenario(b, users, procs)
 
 	type result struct {
 		rate               int

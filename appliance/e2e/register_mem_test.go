@@ -34,15 +34,7 @@ func BenchmarkSIPpRegisterMemory(b *testing.B) {
 	p := startPBX(b, pbxConfig{Extra: docs, LogLevel: "info", NoCDR: true})
 	pids := []int{p.cmd.Process.Pid}
 
-	csv := map[string]string{}
-	for i := range procs {
-		csv[fmt.Sprintf("reg%d.csv", i)] = credentials(users[i*len(users)/procs : (i+1)*len(users)/procs]...)
-	}
-	dir := scenarioDir(b, csv)
-	ports := make([]int, procs)
-	for i := range ports {
-		ports[i] = freePort(b)
-	}
+	dir, ports := registerScenario(b, users, procs)
 
 	b.ResetTimer()
 	var m regMemory
