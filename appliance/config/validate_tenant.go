@@ -41,6 +41,15 @@ func (v *validator) tenant(t *Tenant) {
 	if t.Limits != nil {
 		v.limits(m, "limits", t.Limits)
 	}
+	v.tenantRingGroups(t)
+	v.tenantMailboxes(t)
+	v.featureCodes(t)
+}
+
+// tenantRingGroups checks a tenant's ring groups: a unique name, a known
+// strategy, a positive ring timeout, and extensions its accounts have.
+func (v *validator) tenantRingGroups(t *Tenant) {
+	m := &t.Meta
 	groups := map[string]bool{}
 	for i, g := range t.RingGroups {
 		p := fmt.Sprintf("ringGroups[%d]", i)
@@ -65,6 +74,12 @@ func (v *validator) tenant(t *Tenant) {
 			}
 		}
 	}
+}
+
+// tenantMailboxes checks a tenant's mailboxes: one per extension of its
+// accounts, a digits-only PIN, an email address, no negative limit.
+func (v *validator) tenantMailboxes(t *Tenant) {
+	m := &t.Meta
 	if len(t.Mailboxes) > 0 && !v.cfg.System.Voicemail.Enabled {
 		v.warnf(m, "mailboxes", "inert.mailboxes", "voicemail.enabled is false: calls never reach these mailboxes (the API still lists their messages)")
 	}
@@ -94,6 +109,12 @@ func (v *validator) tenant(t *Tenant) {
 			v.errf(m, p+".maxMessages", "mailbox.maxMessages", "maxMessages is negative (%d)", b.MaxMessages)
 		}
 	}
+}
+
+// featureCodes checks a tenant's feature codes: digits, * and # only, and
+// not the same code twice.
+func (v *validator) featureCodes(t *Tenant) {
+	m := &t.Meta
 	codes := []struct{ path, code string }{
 		{"featureCodes.voicemail", t.FeatureCodes.Voicemail},
 		{"featureCodes.voicemailOther", t.FeatureCodes.VoicemailOther},
