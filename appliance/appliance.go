@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/emiago/sipgo/sip"
 	"golang.org/x/sync/errgroup"
 
 	"pbx/appliance/cdr"
@@ -20,9 +19,7 @@ import (
 	"pbx/appliance/events"
 	"pbx/appliance/guard"
 	"pbx/appliance/mobile"
-	"pbx/appliance/moh"
 	"pbx/appliance/mwi"
-	"pbx/appliance/prompts"
 	"pbx/appliance/recording"
 	"pbx/appliance/sdnotify"
 	"pbx/appliance/tenant"
@@ -38,7 +35,6 @@ import (
 	"pbx/sipcore/registrar"
 	"pbx/sipcore/trunk"
 	"pbx/web"
-	mobileweb "pbx/web/mobile"
 )
 
 // Options adjust how the appliance runs.
@@ -94,6 +90,9 @@ type Appliance struct {
 // New builds every part from cfg: it takes the data directory, recovers call records
 // left in flight by a crash, then binds every socket, so that a port in use or a
 // refused listener is an error here, before readiness is reported.
+//
+// Each step stores what it built in a before the next one starts, so that on a
+// failure Close releases what the earlier steps opened.
 func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err error) {
 	if opts.DrainTimeout <= 0 {
 		opts.DrainTimeout = DefaultDrainTimeout
@@ -112,74 +111,17 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 	sys := &cfg.System
 
 	if dd := cfg.DataDir(); dd != "" {
-		if err := os.MkdirAll(dd, 0o750); err != nil {
-			return nil, fmt.Errorf("data directory: %w", err)
-		}
-		if a.lock, err = datadir.Lock(dd); err != nil {
+		if err := a.openDataDir(dd); err != nil {
 			return nil, err
-		}
-		if a.db, err = db.Open(dd, db.Options{}, log.With("component", "db")); err != nil {
-			return nil, err
-		}
-		if sys.CDR.Enabled {
-			a.cdr, err = cdr.New(cdrTestKnobs(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: sys.CDR.Retention.D()}), log.With("component", "cdr"))
-			if err != nil {
-				return nil, err
-			}
-			// Recovery runs before any listener opens.
-			actions, err := a.cdr.Recover(context.Background())
-			if err != nil {
-				return nil, fmt.Errorf("call record recovery: %w", err)
-			}
-			for _, act := range actions {
-				log.Warn("call record recovery", "action", act.String())
-			}
-		}
-		if recording.Enabled(cfg) {
-			if a.rec, a.upl, err = newRecordings(dd, cfg, a.cdr, log.With("component", "recording")); err != nil {
-				return nil, err
-			}
-		}
-		if hasMailboxes(cfg) {
-			if a.vm, a.notices, err = newVoicemail(dd, cfg, a.mailboxChanged, log.With("component", "voicemail")); err != nil {
-				return nil, err
-			}
 		}
 	}
 	a.dir = tenant.New(cfg)
 	a.bus = events.New(0)
 	lv := live{a.bus}
-	// The guard always runs: disabled, it admits everything but still counts.
-	accounts := guard.AccountOptions{Tenant: a.dir.SIPAccounts().TenantOf}
-	if a.guard, err = guard.New(guard.Options{Security: sys.Security, Accounts: accounts, OnBan: lv.ban, OnLift: lv.lift}, log.With("component", "guard")); err != nil {
-		return nil, fmt.Errorf("security: %w", err)
+	if a.guard, a.limits, err = a.newGuard(lv); err != nil {
+		return nil, err
 	}
-	a.limits = guard.NewLimiter(cfg, nil)
-	if a.db != nil {
-		// Beyond the specification: the minutes budgets survive a restart.
-		if err := a.limits.Persist(a.db.Minutes()); err != nil {
-			return nil, fmt.Errorf("security limits: %w", err)
-		}
-	}
-
-	// sipgo's own log lines (transport warnings) go to our logger, not slog's default.
-	sip.SetDefaultLogger(sipcore.SIPStackLogger(log.With("component", "sipgo")))
-	var listeners []sipcore.Listener
-	for _, l := range sys.SIP.Transports {
-		listeners = append(listeners, sipcore.Listener{ID: l.ID, Transport: l.Transport, BindHost: l.BindHost, BindPort: l.BindPort})
-	}
-	if a.sip, err = sipcore.New(sipcore.Options{
-		Listeners:    listeners,
-		UserAgent:    sys.SIP.UserAgent,
-		ContactUser:  *sys.SIP.ContactUser,
-		ExternalHost: sys.SIP.ExternalHost,
-		Admit:        a.guard.Admit,
-		TCP: sipcore.TCPOptions{
-			IdleTimeout:    sys.SIP.TCP.IdleTimeout.D(),
-			MaxConnections: sys.SIP.TCP.MaxConnections,
-			MaxPerSource:   sys.SIP.TCP.MaxPerSource,
-		},
-	}, log.With("component", "sip")); err != nil {
+	if a.sip, err = a.newSIP(); err != nil {
 		return nil, fmt.Errorf("sip: %w", err)
 	}
 
@@ -188,53 +130,16 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		return nil, err
 	}
 	onAuthFailure := logAuthFailures(log.With("component", "sip"), a.guard.OnAuthFailure)
-	regOpts := registrar.Options{Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess, SIP: a.sip, OnChange: lv.binding}
-	if a.db != nil {
-		regOpts.Store = a.db.Registrations()
-	}
-	if a.reg, err = registrar.New(regOpts, log.With("component", "registrar")); err != nil {
+	if a.reg, err = a.newRegistrar(auth, onAuthFailure, lv); err != nil {
 		return nil, err
 	}
-	a.sip.Handle(sip.REGISTER, a.reg.HandleRegister)
-	if a.db != nil {
-		// The registrations a load wrote leave the database's pages in the
-		// process's map; they go back with the load's heap.
-		d, dlog := a.db, log.With("component", "db")
-		a.sip.OnLoadOver(func() {
-			if err := d.ReleaseMapped(); err != nil {
-				dlog.Warn("database pages not released", "err", err)
-			}
-		})
-	}
 	if mwi.Enabled(cfg) {
-		mo := mwi.Options{SIP: a.sip, Auth: auth, OnAuthFailure: onAuthFailure, OnAuthSuccess: a.guard.OnAuthSuccess}
-		if a.db != nil {
-			mo.Store = a.db.Subscriptions()
-		}
-		if a.mwi, err = mwi.New(cfg, a.dir, mo, log.With("component", "mwi")); err != nil {
+		if a.mwi, err = a.newMWI(auth, onAuthFailure); err != nil {
 			return nil, err
-		}
-		if a.vm != nil {
-			vm := a.vm
-			a.mwi.SetCounts(func(tenant, ext string) (int, int) {
-				n, saved, err := vm.Counts(tenant, ext)
-				if err != nil {
-					log.Warn("message count not read for a lamp", "tenant", tenant, "extension", ext, "err", err)
-				}
-				return n, saved
-			})
 		}
 	}
 
-	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
-		Quarantine: sys.Media.PortQuarantine.D()}
-	if mediaOpts.Quarantine == 0 {
-		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
-	}
-	if sys.Media.ExternalIP != "" {
-		mediaOpts.AdvertiseIP, _ = netip.ParseAddr(sys.Media.ExternalIP)
-	}
-	if a.media, err = rtpcore.New(mediaOpts, log.With("component", "media")); err != nil {
+	if a.media, err = newMedia(sys, log.With("component", "media")); err != nil {
 		return nil, fmt.Errorf("media: %w", err)
 	}
 	codecs, err := sdp.CodecsByName(sys.Media.Codecs)
@@ -252,53 +157,12 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 			return nil, err
 		}
 	}
-	mo := mobile.Options{Blocks: mobile.BlocksOf(cfg), Devices: opts.Devices, Webhooks: opts.Webhooks, GrantTTL: grantTTLTestKnob()}
-	if mo.Devices == nil && a.devices != nil {
-		mo.Devices = a.devices
+	a.mobile = a.newMobile()
+	rt, err := a.newDialplan(onAuthFailure)
+	if err != nil {
+		return nil, err
 	}
-	if mo.Webhooks == nil {
-		mo.Webhooks = ringingHooks{a.hooks}
-	}
-	a.mobile = mobile.New(mo, log.With("component", "mobile"))
-	dpOpts := dialplan.Options{Config: cfg, Directory: a.dir, Registrar: a.reg, SIP: a.sip, Trunks: a.trunks, Limits: a.limits,
-		Mobile: a.mobile, OnGrantFailure: func() { a.guard.RecordAuthFailure(netip.AddrPort{}) }} // counted, tied to no address
-	if a.vm != nil && sys.Voicemail.Enabled {
-		set, err := prompts.Load(cfg.Path(sys.Voicemail.PromptsDir), log.With("component", "voicemail"))
-		if err != nil {
-			return nil, fmt.Errorf("voicemail: %w", err)
-		}
-		dpOpts.Voicemail = newMailboxes(cfg, a.vm, set, onAuthFailure, log.With("component", "voicemail"))
-	}
-	rt := dialplan.New(dpOpts, log.With("component", "routing"))
-	obs := observers{newMediaLog(log.With("component", "media"))}
-	if a.rec != nil { // before the call log, which writes its record step
-		policy := recording.NewPolicy(cfg)
-		if a.upl != nil {
-			policy.LimitBacklog(sys.Recording.MaxPending, a.upl.Pending)
-		}
-		obs = append(obs, newCallRecorder(policy, a.rec, rt.Steps(), lv.recording, log.With("component", "recording")))
-	}
-	if a.cdr != nil {
-		obs = append(obs, &callLog{store: a.cdr, log: log.With("component", "cdr"), steps: rt.Steps().Get, hooks: a.hooks})
-	}
-	obs = append(obs, rt.Steps()) // after the call log, which reads the steps
-	obs = append(obs, a.mobile)   // ends mobile offers (mobile.ended, room deletion)
-	obs = append(obs, a.limits)   // gives back the call limits reserved by Limiter.ReserveCall
-	obs = append(obs, lv)         // publishes on the event bus; nothing else joins this chain
-	if a.calls, err = b2bua.New(b2bua.Options{
-		SIP:           a.sip,
-		Media:         a.media,
-		Auth:          auth,
-		Router:        rt,
-		Identify:      rt.Identify,
-		Codecs:        codecs,
-		Observer:      obs,
-		MediaTimeout:  sys.Media.Timeout.D(),
-		MinSE:         sessionMinSETestKnob(),
-		OnAuthFailure: onAuthFailure,
-		OnAuthSuccess: a.guard.OnAuthSuccess,
-		MusicOnHold:   moh.Load(cfg, log.With("component", "moh")),
-	}, log.With("component", "calls")); err != nil {
+	if a.calls, err = a.newCalls(auth, rt, codecs, a.callObservers(rt, lv), onAuthFailure); err != nil {
 		return nil, err
 	}
 	limitsLog := log.With("component", "limits")
@@ -307,53 +171,11 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 		_ = a.calls.End(id, err.Error())
 	})
 
-	src := &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr, uploads: a.upl}
-	a.src = src
-	backends := src.backends()
-	backends.Guard = guardSource{a.guard}
-	backends.Events = a.bus
-	backends.Media = mediaSource{a.media}
-	backends.SIP = sipSource{a.sip}
-	if a.cdr != nil {
-		backends.CallLog = a.cdr
-		backends.CallLogStats = callLogStats{a.cdr}
-	}
-	if a.rec != nil {
-		backends.Recordings = a.rec
-	}
-	if a.vm != nil {
-		backends.Voicemail = a.vm
-	}
-	backends.Webhooks = webhookStats{a.hooks}
-	if a.devices != nil {
-		backends.Devices = mobileweb.Operator(a.devices)
-	}
-	if a.web, err = web.New(web.Options{API: sys.API, Backends: backends, Mobile: deviceAPI(cfg, a.devices, backends.CallLog, a.vm, a.mobile)}, log.With("component", "api")); err != nil {
+	a.src = &apiSources{started: time.Now(), cfg: cfg, dir: a.dir, reg: a.reg, calls: a.calls, trunks: a.trunks, cdr: a.cdr, uploads: a.upl}
+	if a.web, err = a.newAPI(); err != nil {
 		return nil, fmt.Errorf("api: %w", err)
 	}
-	if a.web.Enabled() {
-		if err := a.web.Listen(); err != nil {
-			return nil, fmt.Errorf("api: %w", err)
-		}
-	}
 	return a, nil
-}
-
-// mediaBindIP binds RTP where SIP listens when every listener names one address
-// (a loopback-only PBX keeps its media on loopback too), else on every address.
-func mediaBindIP(ls []config.Listener) netip.Addr {
-	var ip netip.Addr
-	for i, l := range ls {
-		a, err := netip.ParseAddr(l.BindHost)
-		if err != nil || (i > 0 && a != ip) {
-			return netip.IPv4Unspecified()
-		}
-		ip = a
-	}
-	if !ip.IsValid() {
-		return netip.IPv4Unspecified()
-	}
-	return ip
 }
 
 // MWI returns message waiting, nil when it is off; the voicemail store calls

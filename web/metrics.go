@@ -182,127 +182,199 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reads each component the server was given and sends its metrics;
+// a component that does not answer within scrapeTimeout is left out.
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	b := c.m.b
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
+	b, e := c.m.b, emitter(ch)
 	if b.Calls != nil {
-		if calls, err := b.Calls.Calls(ctx); err == nil {
-			by := map[string]int{"inbound": 0, "outbound": 0, "internal": 0}
-			seen := map[string]bool{}
-			for _, call := range calls {
-				if !seen[call.ID] { // an inter-tenant call is listed once per tenant
-					seen[call.ID] = true
-					by[string(call.Direction)]++
-				}
-			}
-			for dir, n := range by {
-				gauge(descCallsActive, float64(n), dir)
-			}
-		}
+		e.calls(ctx, b.Calls)
 	}
 	if b.Registrations != nil {
-		if regs, err := b.Registrations.Registrations(ctx); err == nil {
-			n, now := 0, time.Now()
-			for _, r := range regs {
-				if r.Online(now) {
-					n++
-				}
-			}
-			gauge(descRegs, float64(n))
-		}
+		e.registrations(ctx, b.Registrations)
 	}
 	if b.Trunks != nil {
-		if ts, err := b.Trunks.Trunks(ctx); err == nil {
-			up, down := 0, 0
-			for _, t := range ts {
-				if !t.Registration.Enabled || t.Registration.State == "registered" {
-					up++
-				} else {
-					down++
-				}
-			}
-			gauge(descTrunks, float64(up), "up")
-			gauge(descTrunks, float64(down), "down")
-		}
+		e.trunks(ctx, b.Trunks)
 	}
 	if b.Guard != nil {
-		if g, err := b.Guard.Counters(ctx); err == nil {
-			counter(descGuardPkts, g.Packets)
-			counter(descGuardDrops, g.Denied, "denied")
-			counter(descGuardDrops, g.RateLimited, "rate_limited")
-			counter(descGuardDrops, g.Banned, "banned")
-			counter(descGuardDrops, g.Oversize, "oversize")
-			counter(descGuardAuth, g.AuthFailure)
-			counter(descGuardBans, g.BansIssued)
-			gauge(descGuardActive, float64(g.BansActive))
-			gauge(descGuardTrack, float64(g.Tracked))
-		}
+		e.guard(ctx, b.Guard)
 	}
 	if b.Media != nil {
-		if t, err := b.Media.Media(ctx); err == nil {
-			counter(descRTPPkts, t.PacketsIn, "in")
-			counter(descRTPPkts, t.PacketsOut, "out")
-			counter(descRTPBytes, t.BytesIn, "in")
-			counter(descRTPBytes, t.BytesOut, "out")
-			counter(descRTPLost, t.PacketsLost)
-			counter(descRTPLegs, t.Legs)
-			counter(descRTPStrays, t.Strays)
-			gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
-			gauge(descRTPPorts, float64(t.PortsResting), "resting")
-			gauge(descRTPPorts, float64(t.PortsFree), "free")
-			counter(descRTPExhaust, t.PortsExhausted)
-			ch <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
-		}
+		e.media(ctx, b.Media)
 	}
 	if b.SIP != nil {
-		if s, err := b.SIP.SIP(ctx); err == nil {
-			gauge(descSIPTx, float64(s.OpenTransactions))
-			gauge(descSIPSources, float64(s.UDPSources))
-			gauge(descTCPOpen, float64(s.TCPOpen))
-			counter(descTCPAccepted, s.TCPAccepted)
-			counter(descTCPAccErr, s.TCPAcceptErrors)
-			for _, v := range []struct {
-				d *prometheus.Desc
-				m map[string]uint64
-			}{{descSIPRefused, s.Refused}, {descSIPDropped, s.Dropped}, {descTCPRefused, s.TCPRefused}, {descTCPClosed, s.TCPClosed}} {
-				for reason, n := range v.m {
-					counter(v.d, n, reason)
-				}
-			}
-		}
+		e.sip(ctx, b.SIP)
 	}
 	if b.Status != nil {
-		if snap, err := b.Status.Status(ctx); err == nil && snap.Uploads != nil {
-			gauge(descUpJobs, float64(snap.Uploads.Pending))
-			gauge(descUpAge, float64(snap.Uploads.OldestAgeS))
-			counter(descUpFailed, uint64(snap.Uploads.Failed))
-		}
+		e.uploads(ctx, b.Status)
 	}
 	if b.CallLogStats != nil {
-		if s, err := b.CallLogStats.CallLogStats(ctx); err == nil {
-			counter(descCDRCommits, s.Commits)
-			ch <- prometheus.MustNewConstHistogram(descCDRSeconds, s.CommitTime.Count, s.CommitTime.Sum, s.CommitTime.Buckets)
-			gauge(descCDRPending, float64(s.Pending))
-		}
+		e.callLog(ctx, b.CallLogStats)
 	}
 	if b.Webhooks != nil {
-		if s, err := b.Webhooks.WebhookStats(ctx); err == nil {
-			for k, n := range s.Deliveries {
-				counter(descHookDeliv, n, k[0], k[1])
-			}
-			for r, n := range s.Attempts {
-				counter(descHookTries, n, r)
-			}
-			gauge(descHookQueue, float64(s.Queued))
-			gauge(descHookFlight, float64(s.InFlight))
-			ch <- prometheus.MustNewConstHistogram(descHookSeconds, s.Latency.Count, s.Latency.Sum, s.Latency.Buckets)
+		e.webhooks(ctx, b.Webhooks)
+	}
+}
+
+// emitter sends constant metrics on a scrape's channel.
+type emitter chan<- prometheus.Metric
+
+func (e emitter) gauge(d *prometheus.Desc, v float64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func (e emitter) counter(d *prometheus.Desc, v uint64, labels ...string) {
+	e <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+}
+
+// calls sends the calls in progress by direction, an inter-tenant call
+// counted once.
+func (e emitter) calls(ctx context.Context, src api.CallSource) {
+	calls, err := src.Calls(ctx)
+	if err != nil {
+		return
+	}
+	by := map[string]int{"inbound": 0, "outbound": 0, "internal": 0}
+	seen := map[string]bool{}
+	for _, call := range calls {
+		if !seen[call.ID] { // an inter-tenant call is listed once per tenant
+			seen[call.ID] = true
+			by[string(call.Direction)]++
 		}
 	}
+	for dir, n := range by {
+		e.gauge(descCallsActive, float64(n), dir)
+	}
+}
+
+// registrations sends the number of registrations online.
+func (e emitter) registrations(ctx context.Context, src api.RegistrationSource) {
+	regs, err := src.Registrations(ctx)
+	if err != nil {
+		return
+	}
+	n, now := 0, time.Now()
+	for _, r := range regs {
+		if r.Online(now) {
+			n++
+		}
+	}
+	e.gauge(descRegs, float64(n))
+}
+
+// trunks sends the trunks up (registered, or not registering) and down.
+func (e emitter) trunks(ctx context.Context, src api.TrunkSource) {
+	ts, err := src.Trunks(ctx)
+	if err != nil {
+		return
+	}
+	up, down := 0, 0
+	for _, t := range ts {
+		if !t.Registration.Enabled || t.Registration.State == "registered" {
+			up++
+		} else {
+			down++
+		}
+	}
+	e.gauge(descTrunks, float64(up), "up")
+	e.gauge(descTrunks, float64(down), "down")
+}
+
+// guard sends the guard's counters.
+func (e emitter) guard(ctx context.Context, src api.Guard) {
+	g, err := src.Counters(ctx)
+	if err != nil {
+		return
+	}
+	e.counter(descGuardPkts, g.Packets)
+	e.counter(descGuardDrops, g.Denied, "denied")
+	e.counter(descGuardDrops, g.RateLimited, "rate_limited")
+	e.counter(descGuardDrops, g.Banned, "banned")
+	e.counter(descGuardDrops, g.Oversize, "oversize")
+	e.counter(descGuardAuth, g.AuthFailure)
+	e.counter(descGuardBans, g.BansIssued)
+	e.gauge(descGuardActive, float64(g.BansActive))
+	e.gauge(descGuardTrack, float64(g.Tracked))
+}
+
+// media sends the RTP relay's counters, port states and jitter.
+func (e emitter) media(ctx context.Context, src api.MediaSource) {
+	t, err := src.Media(ctx)
+	if err != nil {
+		return
+	}
+	e.counter(descRTPPkts, t.PacketsIn, "in")
+	e.counter(descRTPPkts, t.PacketsOut, "out")
+	e.counter(descRTPBytes, t.BytesIn, "in")
+	e.counter(descRTPBytes, t.BytesOut, "out")
+	e.counter(descRTPLost, t.PacketsLost)
+	e.counter(descRTPLegs, t.Legs)
+	e.counter(descRTPStrays, t.Strays)
+	e.gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
+	e.gauge(descRTPPorts, float64(t.PortsResting), "resting")
+	e.gauge(descRTPPorts, float64(t.PortsFree), "free")
+	e.counter(descRTPExhaust, t.PortsExhausted)
+	e <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
+}
+
+// sip sends the SIP stack's transactions, sources, TCP connections and
+// refusals by reason.
+func (e emitter) sip(ctx context.Context, src api.SIPSource) {
+	s, err := src.SIP(ctx)
+	if err != nil {
+		return
+	}
+	e.gauge(descSIPTx, float64(s.OpenTransactions))
+	e.gauge(descSIPSources, float64(s.UDPSources))
+	e.gauge(descTCPOpen, float64(s.TCPOpen))
+	e.counter(descTCPAccepted, s.TCPAccepted)
+	e.counter(descTCPAccErr, s.TCPAcceptErrors)
+	for _, v := range []struct {
+		d *prometheus.Desc
+		m map[string]uint64
+	}{{descSIPRefused, s.Refused}, {descSIPDropped, s.Dropped}, {descTCPRefused, s.TCPRefused}, {descTCPClosed, s.TCPClosed}} {
+		for reason, n := range v.m {
+			e.counter(v.d, n, reason)
+		}
+	}
+}
+
+// uploads sends the recording upload queue, when the status has one.
+func (e emitter) uploads(ctx context.Context, src api.StatusSource) {
+	snap, err := src.Status(ctx)
+	if err != nil || snap.Uploads == nil {
+		return
+	}
+	e.gauge(descUpJobs, float64(snap.Uploads.Pending))
+	e.gauge(descUpAge, float64(snap.Uploads.OldestAgeS))
+	e.counter(descUpFailed, uint64(snap.Uploads.Failed))
+}
+
+// callLog sends the call record commits, their time and the backlog.
+func (e emitter) callLog(ctx context.Context, src api.CallLogStatsSource) {
+	s, err := src.CallLogStats(ctx)
+	if err != nil {
+		return
+	}
+	e.counter(descCDRCommits, s.Commits)
+	e <- prometheus.MustNewConstHistogram(descCDRSeconds, s.CommitTime.Count, s.CommitTime.Sum, s.CommitTime.Buckets)
+	e.gauge(descCDRPending, float64(s.Pending))
+}
+
+// webhooks sends the webhook deliveries, attempts, queue and attempt time.
+func (e emitter) webhooks(ctx context.Context, src api.WebhookStatsSource) {
+	s, err := src.WebhookStats(ctx)
+	if err != nil {
+		return
+	}
+	for k, n := range s.Deliveries {
+		e.counter(descHookDeliv, n, k[0], k[1])
+	}
+	for r, n := range s.Attempts {
+		e.counter(descHookTries, n, r)
+	}
+	e.gauge(descHookQueue, float64(s.Queued))
+	e.gauge(descHookFlight, float64(s.InFlight))
+	e <- prometheus.MustNewConstHistogram(descHookSeconds, s.Latency.Count, s.Latency.Sum, s.Latency.Buckets)
 }

@@ -500,37 +500,7 @@ func (r *repairer) index(d day) error {
 			keep = append(keep, line)
 		}
 	}
-	var missing []Entry
-	for id := range records {
-		if seen[id] {
-			continue
-		}
-		if e, ok := r.pending[d.dir][id]; ok {
-			if e != nil {
-				missing = append(missing, *e)
-			}
-			continue
-		}
-		rec, err := readRecord(filepath.Join(d.dir, string(id)+recordExt))
-		if err == nil && (rec.ID != id || rec.Tenant != r.tenant) {
-			err = errors.New("record names another id or tenant")
-		}
-		if err != nil {
-			r.act(ActUnreadable, filepath.Join(d.dir, string(id)+recordExt), id, "record file cannot be read; no index line")
-			continue
-		}
-		n := rec.normalize()
-		missing = append(missing, n.Entry())
-	}
-	slices.SortFunc(missing, func(a, b Entry) int {
-		if newer(&a, &b) {
-			return 1
-		}
-		if newer(&b, &a) {
-			return -1
-		}
-		return 0
-	})
+	missing := r.missingLines(d, records, seen)
 	if bad+dups+orphans > 0 {
 		var buf []byte
 		for _, l := range keep {
@@ -579,6 +549,45 @@ func (r *repairer) index(d day) error {
 		return fmt.Errorf("close %s: %w", path, err)
 	}
 	return nil
+}
+
+// missingLines are the entries of day d's records that its index does not
+// list (seen), oldest first: a dry run's pending entry as it stands (none for
+// a promoted marker, whose line comes with it), else the record file's; an
+// unreadable record is reported and left out.
+func (r *repairer) missingLines(d day, records, seen map[ID]bool) []Entry {
+	var missing []Entry
+	for id := range records {
+		if seen[id] {
+			continue
+		}
+		if e, ok := r.pending[d.dir][id]; ok {
+			if e != nil {
+				missing = append(missing, *e)
+			}
+			continue
+		}
+		rec, err := readRecord(filepath.Join(d.dir, string(id)+recordExt))
+		if err == nil && (rec.ID != id || rec.Tenant != r.tenant) {
+			err = errors.New("record names another id or tenant")
+		}
+		if err != nil {
+			r.act(ActUnreadable, filepath.Join(d.dir, string(id)+recordExt), id, "record file cannot be read; no index line")
+			continue
+		}
+		n := rec.normalize()
+		missing = append(missing, n.Entry())
+	}
+	slices.SortFunc(missing, func(a, b Entry) int {
+		if newer(&a, &b) {
+			return 1
+		}
+		if newer(&b, &a) {
+			return -1
+		}
+		return 0
+	})
+	return missing
 }
 
 func btoi(b bool) int {

@@ -222,30 +222,7 @@ func Parse(body []byte) (*Description, error) {
 	}
 	for i := range d.Media {
 		m := &d.Media[i]
-		for _, f := range m.Formats {
-			pt64, err := strconv.ParseUint(f, 10, 7)
-			if err != nil {
-				continue // not an RTP payload type (another protocol)
-			}
-			pt := uint8(pt64)
-			c, ok := findRtpmap(rtpmaps, i, pt)
-			if !ok {
-				c, ok = staticCodec(pt)
-				if !ok {
-					continue
-				}
-			}
-			c.PayloadType = pt
-			c.Fmtp = findFmtp(fmtps, i, pt)
-			if c.IsTelephoneEvent() {
-				if m.TelephoneEvent == nil && c.ClockRate == 8000 {
-					te := c
-					m.TelephoneEvent = &te
-				}
-				continue
-			}
-			m.Codecs = append(m.Codecs, c)
-		}
+		m.resolveFormats(i, rtpmaps, fmtps)
 		if d.AudioIndex < 0 && m.Type == "audio" {
 			d.AudioIndex = i
 		}
@@ -253,13 +230,52 @@ func Parse(body []byte) (*Description, error) {
 	if d.AudioIndex < 0 {
 		return nil, ErrNoAudio
 	}
+	if err := d.flattenAudio(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// resolveFormats fills the codecs and telephone-event of stream m, the
+// stream at index media, from its m= formats: each RTP payload type named
+// by its last a=rtpmap (else its RFC 3551 static name) with its last a=fmtp.
+func (m *Media) resolveFormats(media int, rtpmaps []rtpmapAttr, fmtps []fmtpAttr) {
+	for _, f := range m.Formats {
+		pt64, err := strconv.ParseUint(f, 10, 7)
+		if err != nil {
+			continue // not an RTP payload type (another protocol)
+		}
+		pt := uint8(pt64)
+		c, ok := findRtpmap(rtpmaps, media, pt)
+		if !ok {
+			c, ok = staticCodec(pt)
+			if !ok {
+				continue
+			}
+		}
+		c.PayloadType = pt
+		c.Fmtp = findFmtp(fmtps, media, pt)
+		if c.IsTelephoneEvent() {
+			if m.TelephoneEvent == nil && c.ClockRate == 8000 {
+				te := c
+				m.TelephoneEvent = &te
+			}
+			continue
+		}
+		m.Codecs = append(m.Codecs, c)
+	}
+}
+
+// flattenAudio copies the audio stream (d.AudioIndex) into d's flat fields,
+// its address and direction falling back to the session level's.
+func (d *Description) flattenAudio() error {
 	a := &d.Media[d.AudioIndex]
 	d.Addr = a.Addr
 	if !d.Addr.IsValid() {
 		d.Addr = d.SessionAddr
 	}
 	if !d.Addr.IsValid() && a.Port != 0 {
-		return nil, fmt.Errorf("audio stream without connection address: %w", ErrMalformed)
+		return fmt.Errorf("audio stream without connection address: %w", ErrMalformed)
 	}
 	d.Port = a.Port
 	d.Codecs = a.Codecs
@@ -273,7 +289,7 @@ func Parse(body []byte) (*Description, error) {
 	}
 	d.Ptime = a.Ptime
 	d.RTCPPort = a.RTCPPort
-	return d, nil
+	return nil
 }
 
 // rtpmapAttr is an a=rtpmap of stream media.
