@@ -228,6 +228,7 @@ func New(cfg *config.Config, opts Options, log *slog.Logger) (a *Appliance, err 
 
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
 		Quarantine: sys.Media.PortQuarantine.D()}
+	mediaOpts.MaxPorts = boundMediaPorts(sys.Media.RTPPortMin, sys.Media.RTPPortMax, log.With("component", "media"))
 	if mediaOpts.Quarantine == 0 {
 		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
 	}

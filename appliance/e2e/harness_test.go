@@ -196,6 +196,7 @@ type pbxProc struct {
 	done    chan struct{}
 	exitErr error
 	level   string // --log-level; empty: debug
+	nofile  uint64 // the open file limit it starts with (prlimit); zero: inherited
 }
 
 // pbxConfig is what a test varies in the System document.
@@ -228,6 +229,9 @@ type pbxConfig struct {
 	// Demo is further keys of the demo tenant's spec, indented under it
 	// ("  mailboxes:\n    - extension: \"101\"\n"); empty: none.
 	Demo string
+	// NoFile is the open file limit (soft and hard) the process starts
+	// with, set by prlimit(1); zero: the test's own.
+	NoFile uint64
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -315,7 +319,7 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{}), level: c.LogLevel}
+	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{}), level: c.LogLevel, nofile: c.NoFile}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -334,7 +338,11 @@ func (p *pbxProc) start() {
 	if level == "" {
 		level = "debug"
 	}
-	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", level, "--drain-timeout", "5s")
+	args := []string{filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", level, "--drain-timeout", "5s"}
+	if p.nofile > 0 {
+		args = append([]string{"prlimit", fmt.Sprintf("--nofile=%d", p.nofile), "--"}, args...) // execs the pbx: same pid
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
