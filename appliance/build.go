@@ -187,6 +187,7 @@ func (a *Appliance) newMWI(auth *registrar.Auth, onAuthFailure func(netip.AddrPo
 func newMedia(sys *config.System, log *slog.Logger) (*rtpcore.Engine, error) {
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
 		Quarantine: sys.Media.PortQuarantine.D()}
+	mediaOpts.MaxPorts = boundMediaPorts(sys.Media.RTPPortMin, sys.Media.RTPPortMax, log)
 	if mediaOpts.Quarantine == 0 {
 		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all
 	}

@@ -48,6 +48,10 @@ type Options struct {
 	// default the odd port above the RTP port is bound too and RTCP is
 	// relayed between bridged legs, unchanged.
 	NoRTCP bool
+	// MaxPorts bounds the legs with media at once (PortPoolOptions.MaxInUse):
+	// a leg beyond it fails with ErrPortsExhausted. Zero means the port
+	// range alone bounds them.
+	MaxPorts int
 }
 
 // Engine owns the port pool and every media session of the process.
@@ -85,7 +89,7 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 		bind = netip.IPv4Unspecified()
 	}
 	pool, err := NewPortPool(PortPoolOptions{
-		Min: opts.PortMin, Max: opts.PortMax, BindIP: bind, Quarantine: opts.Quarantine,
+		Min: opts.PortMin, Max: opts.PortMax, BindIP: bind, Quarantine: opts.Quarantine, MaxInUse: opts.MaxPorts,
 	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("media engine: %w", err)

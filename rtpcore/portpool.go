@@ -33,6 +33,11 @@ type PortPoolOptions struct {
 	// Quarantine is how long a released port rests before it is handed out
 	// again; zero means DefaultQuarantine, negative means no quarantine.
 	Quarantine time.Duration
+	// MaxInUse bounds the ports handed out at once, below what the range
+	// holds; zero means the range alone bounds them. Each port is a socket
+	// (two with AllocatePair), so the bound keeps the media from taking
+	// every descriptor the process may open (see Options.MaxPorts).
+	MaxInUse int
 }
 
 type quarantined struct {
@@ -46,6 +51,7 @@ type PortPool struct {
 	bindIP     netip.Addr
 	min, max   int
 	quarantine time.Duration
+	maxInUse   int
 	log        *slog.Logger
 	now        func() time.Time
 
@@ -90,6 +96,7 @@ func NewPortPool(opts PortPoolOptions, log *slog.Logger) (*PortPool, error) {
 		min:        lo,
 		max:        hi,
 		quarantine: q,
+		maxInUse:   max(opts.MaxInUse, 0),
 		log:        log,
 		now:        time.Now,
 		inUse:      make(map[int]struct{}),
@@ -198,6 +205,13 @@ func (p *PortPool) take(bind func(port int) error) (int, error) {
 				return 0, fmt.Errorf("%w (last bind error: %v)", ErrPortsExhausted, lastErr)
 			}
 			p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", inUse, "quarantined", resting)
+			return 0, ErrPortsExhausted
+		}
+		if p.maxInUse > 0 && len(p.inUse) >= p.maxInUse {
+			inUse := len(p.inUse)
+			p.mu.Unlock()
+			p.exhausted.Add(1)
+			p.log.Warn("rtp ports exhausted", "min", p.min, "max", p.max, "in_use", inUse, "max_in_use", p.maxInUse)
 			return 0, ErrPortsExhausted
 		}
 		budget--

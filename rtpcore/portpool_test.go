@@ -69,6 +69,40 @@ func TestPortPoolRange(t *testing.T) {
 	}
 }
 
+// TestPortPoolMaxInUse: with MaxInUse below the range, the pool refuses a
+// port past the bound although the range has free ones, and hands one out
+// again once a port is released (no quarantine here).
+func TestPortPoolMaxInUse(t *testing.T) {
+	lo, hi := freeRange(t, 4)
+	p, err := NewPortPool(PortPoolOptions{Min: lo, Max: hi, BindIP: loopback, Quarantine: -1, MaxInUse: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var conns []*net.UDPConn
+	for i := 0; i < 2; i++ {
+		rtp, rtcp, err := p.AllocatePair()
+		if err != nil {
+			t.Fatalf("allocate %d: %v", i, err)
+		}
+		defer rtcp.Close()
+		conns = append(conns, rtp)
+	}
+	if _, _, err := p.AllocatePair(); !errors.Is(err, ErrPortsExhausted) {
+		t.Fatalf("third allocate with MaxInUse 2: %v", err)
+	}
+	if p.InUse() != 2 || p.Size() != 4 || p.Exhausted() != 1 {
+		t.Errorf("in use %d size %d exhausted %d; want 2, 4, 1", p.InUse(), p.Size(), p.Exhausted())
+	}
+	p.Release(conns[0])
+	c, err := p.Allocate()
+	if err != nil {
+		t.Fatalf("allocate after a release: %v", err)
+	}
+	p.Release(c)
+	p.Release(conns[1])
+}
+
 func TestPortPoolSkipsBusyPort(t *testing.T) {
 	lo, hi := freeRange(t, 2)
 	busy, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: lo})

@@ -22,3 +22,6 @@ func SetUDPGenerations(sources int, grace time.Duration) (restore func()) {
 	udpGenerationSources, udpRetireGrace = sources, grace
 	return func() { udpGenerationSources, udpRetireGrace = oldSources, oldGrace }
 }
+
+// LiveHeap is liveHeap, for the external tests' memory benchmarks.
+var LiveHeap = liveHeap

@@ -10,14 +10,6 @@ import (
 	"pbx/sipcore"
 )
 
-// heapAlloc is the live heap after a collection.
-func heapAlloc() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
-}
-
 // BenchmarkUDPSourceMemory measures what the SIP core keeps per UDP source
 // address: sipgo's pool entry and its reader's own map entry. Generations
 // are disabled here so that every one of 5,000 sources stays; in service a
@@ -28,7 +20,7 @@ func BenchmarkUDPSourceMemory(b *testing.B) {
 	const sources, batch = 5000, 500
 	b.Cleanup(sipcore.SetUDPGenerations(1<<30, time.Second))
 	s, addr := udpServer(b, sipcore.Options{})
-	before := heapAlloc()
+	before := sipcore.LiveHeap()
 	for start := 0; start < sources; start += batch {
 		for i := start; i < start+batch; i++ {
 			c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: sourceIP(i)})
@@ -51,7 +43,7 @@ func BenchmarkUDPSourceMemory(b *testing.B) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	after := heapAlloc()
+	after := sipcore.LiveHeap()
 	per := float64(int64(after)-int64(before)) / sources
 	b.ReportMetric(per, "B/source")
 	b.Logf("%d sources: live heap %d -> %d bytes, %.0f B per source", sources, before, after, per)

@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"pbx/appliance/datadir"
 )
 
@@ -284,7 +282,7 @@ func (j *journal) sync(mine uint64) error {
 		j.gather()
 		upTo := j.seq.Load() // every entry numbered so far is written
 		j.smu.Unlock()
-		err := unix.Fdatasync(int(j.f.Fd()))
+		err := fdatasync(int(j.f.Fd()))
 		j.syncs.Add(1)
 		j.smu.Lock()
 		j.running = false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -246,7 +247,23 @@ func (s *Store) reportLocked(now time.Time) {
 	}
 	b.lastLog = now
 	s.log.Error("call records cannot be written; kept in memory and retried",
-		"pending", len(b.recs), "over_bound", b.over, "since", b.since, "err", b.lastErr)
+		"pending", len(b.recs), "over_bound", b.over, "since", b.since, "limit", limitHit(b.lastErr), "err", b.lastErr)
+}
+
+// limitHit names the limit a write failure hit, for the log: the disk's
+// space or inodes, or the process's descriptors; "" for another failure.
+func limitHit(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return "disk full: no space or no free inode on the data directory's file system"
+	case errors.Is(err, syscall.EDQUOT):
+		return "disk quota of the pbx user"
+	case errors.Is(err, syscall.EMFILE):
+		return "the process's open file limit (RLIMIT_NOFILE, systemd LimitNOFILE)"
+	case errors.Is(err, syscall.ENFILE):
+		return "the system's open file limit (fs.file-max)"
+	}
+	return ""
 }
 
 // forget drops a record from the backlog (it was written another way).

@@ -596,7 +596,7 @@ func syncFS(dir string) error {
 		return err
 	}
 	defer d.Close()
-	return unix.Syncfs(int(d.Fd()))
+	return syncfs(int(d.Fd()))
 }
 
 // ensureDir creates dir and any missing parents, fsyncing each parent whose

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,24 +39,7 @@ func registerSIPp(t *testing.T, p *pbxProc, dir, transport, user string, port in
 // callRecords reads every committed record of tenant demo.
 func callRecords(t *testing.T, dataDir string) []map[string]any {
 	t.Helper()
-	var recs []map[string]any
-	root := filepath.Join(dataDir, "demo", "cdr")
-	_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") || strings.Contains(path, "inflight") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		recs = append(recs, m)
-		return nil
-	})
-	return recs
+	return recordsOf(t, dataDir, "demo")
 }
 
 // TestCallBetweenExtensions: SIPp registers bob (101) with digest, a SIPp UAS answers

@@ -13,26 +13,6 @@ import (
 	"time"
 )
 
-// mountTmpfs mounts a tmpfs of size bytes on a fresh directory and unmounts
-// it when the test ends (after the PBX, whose cleanup registers later). It
-// fails, never skips, when the test does not run as root.
-func mountTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("this test mounts a tmpfs and must run as root (CI runs the e2e tests as root): sudo -E go test ./appliance/e2e -run Chaos")
-	}
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		t.Fatalf("mount tmpfs on %s: %v", dir, err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // fill writes path until the file system holding it is full.
 func fill(t *testing.T, path string) {
 	t.Helper()

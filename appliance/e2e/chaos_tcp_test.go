@@ -7,10 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // tcpProbe is one hostile TCP connection to the PBX and when it was closed.
@@ -193,16 +191,6 @@ func TestChaosTCPCapsAndTimeouts(t *testing.T) {
 	}
 	if n := strings.Count(p.log.String(), "sip tcp connections refused over the caps"); n > 3 {
 		t.Errorf("%d log lines for the refusals; want at most one per 5 s", n)
-	}
-}
-
-// setNoFile sets the descriptor limit (soft and hard) of process pid, as
-// prlimit(1) does.
-func setNoFile(t *testing.T, pid int, n uint64) {
-	t.Helper()
-	lim := syscall.Rlimit{Cur: n, Max: n}
-	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRLIMIT64, uintptr(pid), uintptr(syscall.RLIMIT_NOFILE), uintptr(unsafe.Pointer(&lim)), 0, 0, 0); errno != 0 {
-		t.Fatalf("prlimit %d nofile %d: %v", pid, n, errno)
 	}
 }
 

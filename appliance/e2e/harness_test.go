@@ -95,31 +95,87 @@ func freePort(t testing.TB) int {
 	return 0
 }
 
-// freePortRange finds n consecutive even-aligned free UDP ports (for RTP ranges).
+// portBlock is how many ports freePortRange reserves at a time.
+const portBlock = 100
+
+// freePortRange finds n consecutive free UDP ports (for RTP ranges and a
+// softphone's ports), from a multiple of portBlock (even), and reserves them
+// until the test ends: a lock file per block under $TMPDIR/pbx-e2e-ports,
+// held with flock, keeps every other process of this harness (another
+// package's tests, another checkout's) from handing out the same ports. A
+// probe alone could not: the PBX and the phones bind their RTP ports only
+// when a call starts, long after the probe.
 func freePortRange(t testing.TB, n int) int {
 	t.Helper()
 	// Below the kernel's ephemeral range (32768 and up), where other processes'
 	// client sockets do not land, and above rtpcore's default range.
-	for base := 21000 + (os.Getpid()%12)*800; base+n < 32700; base += 800 {
-		ok := true
-		var held []net.PacketConn
-		for p := base; p < base+n; p++ {
-			c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				break
-			}
-			held = append(held, c)
+	const lo, hi = 21000, 32700
+	dir := filepath.Join(os.TempDir(), "pbx-e2e-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	span := (hi - lo) / portBlock
+	for i := range span {
+		base := lo + (os.Getpid()+i)%span*portBlock
+		if base+n > hi {
+			continue
 		}
-		for _, c := range held {
-			c.Close()
+		locks := lockPortBlocks(dir, base, (n+portBlock-1)/portBlock)
+		if locks == nil {
+			continue
 		}
-		if ok {
+		if udpFree(base, n) {
+			t.Cleanup(func() { closeAll(locks) })
 			return base
 		}
+		closeAll(locks)
 	}
 	t.Fatal("no free port range")
 	return 0
+}
+
+// lockPortBlocks takes the lock files of blocks blocks from base, or none
+// (nil) when another process holds one of them.
+func lockPortBlocks(dir string, base, blocks int) []*os.File {
+	var held []*os.File
+	for b := range blocks {
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(base+b*portBlock)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err == nil {
+			if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+				f.Close()
+			}
+		}
+		if err != nil {
+			closeAll(held)
+			return nil
+		}
+		held = append(held, f)
+	}
+	return held
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// udpFree reports whether UDP ports base..base+n-1 of 127.0.0.1 can be bound.
+func udpFree(base, n int) bool {
+	var held []net.PacketConn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for p := base; p < base+n; p++ {
+		c, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return false
+		}
+		held = append(held, c)
+	}
+	return true
 }
 
 // logBuffer collects a process's output and lets tests wait for a line.
@@ -196,6 +252,7 @@ type pbxProc struct {
 	done    chan struct{}
 	exitErr error
 	level   string // --log-level; empty: debug
+	nofile  uint64 // the open file limit it starts with (prlimit); zero: inherited
 }
 
 // pbxConfig is what a test varies in the System document.
@@ -228,6 +285,9 @@ type pbxConfig struct {
 	// Demo is further keys of the demo tenant's spec, indented under it
 	// ("  mailboxes:\n    - extension: \"101\"\n"); empty: none.
 	Demo string
+	// NoFile is the open file limit (soft and hard) the process starts
+	// with, set by prlimit(1); zero: the test's own.
+	NoFile uint64
 }
 
 const testToken = "e2e-test-token-0123456789abcdefghij"
@@ -315,7 +375,7 @@ func startPBX(t testing.TB, c pbxConfig) *pbxProc {
 	if err := os.WriteFile(filepath.Join(root, "pbx.yaml"), []byte(c.yaml()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{}), level: c.LogLevel}
+	p := &pbxProc{t: t, dir: root, dataDir: c.DataDir, sipPort: c.SIPPort, apiPort: c.APIPort, log: &logBuffer{}, done: make(chan struct{}), level: c.LogLevel, nofile: c.NoFile}
 	p.start()
 	t.Cleanup(func() {
 		p.stop()
@@ -334,7 +394,11 @@ func (p *pbxProc) start() {
 	if level == "" {
 		level = "debug"
 	}
-	p.cmd = exec.Command(filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", level, "--drain-timeout", "5s")
+	args := []string{filepath.Join(binDir, "pbx"), "run", "--config", p.dir, "--log-level", level, "--drain-timeout", "5s"}
+	if p.nofile > 0 {
+		args = append([]string{"prlimit", fmt.Sprintf("--nofile=%d", p.nofile), "--"}, args...) // execs the pbx: same pid
+	}
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -89,8 +88,8 @@ func (c *stampConn) Read(p []byte) (int, error) {
 		c.first = time.Now() // later than the arrival: never flatters the order
 		msgs, _ := syscall.ParseSocketControlMessage(oob[:oobn])
 		for _, m := range msgs {
-			if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SO_TIMESTAMPNS && len(m.Data) >= 16 {
-				c.first = time.Unix(int64(binary.NativeEndian.Uint64(m.Data)), int64(binary.NativeEndian.Uint64(m.Data[8:])))
+			if at, ok := recvStamp(m); ok {
+				c.first = at
 			}
 		}
 		close(c.got)
@@ -119,7 +118,7 @@ func serveSignedHooks(t testing.TB, h *signedHooks) string {
 	rc, err := ln.SyscallConn()
 	if err == nil {
 		err = rc.Control(func(fd uintptr) {
-			err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+			err = enableRecvStamps(int(fd))
 		})
 	}
 	if err != nil {

@@ -106,36 +106,28 @@ func (p *phoneProc) exited() bool {
 }
 
 // softphonePorts are the ports of one test's PBX and phones: the PBX's RTP
-// range and, above it, a block per phone.
+// range and, above it, a block the phones take their SIP, control and RTP
+// ports from. Both are reserved for the test (freePortRange), so no other
+// test process hands them out while a phone has not bound them yet.
 type softphonePorts struct {
 	rtpMin, rtpMax int // the PBX's
-	next           int // next free RTP port for a phone
+	next, end      int // the phones' ports left: next..end-1
 }
 
 func newSoftphonePorts(t testing.TB) *softphonePorts {
 	base := freePortRange(t, 1000)
-	return &softphonePorts{rtpMin: base, rtpMax: base + 799, next: base + 800}
+	return &softphonePorts{rtpMin: base, rtpMax: base + 799, next: base + 800, end: base + 1000}
 }
 
-// rtp returns n ports for a phone.
-func (s *softphonePorts) rtp(n int) int {
+// take returns the first of n consecutive ports for a phone.
+func (s *softphonePorts) take(t testing.TB, n int) int {
+	t.Helper()
+	if s.next+n > s.end {
+		t.Fatalf("the phones' %d ports are all taken", s.end-s.rtpMax-1)
+	}
 	p := s.next
 	s.next += n
 	return p
-}
-
-// sipPort returns a free port whose successor is free too (baresip binds
-// TLS next to its SIP port) and is not used for anything else.
-func sipPortPair(t testing.TB) int {
-	t.Helper()
-	for range 20 {
-		p := freePort(t)
-		if q := freePort(t); q == p+1 {
-			return p
-		}
-	}
-	t.Fatal("no pair of free ports")
-	return 0
 }
 
 // --- baresip -----------------------------------------------------------------
@@ -185,7 +177,8 @@ func startBaresip(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, tone 
 		t.Fatal(err)
 	}
 	modules := baresipModules(t)
-	sipPort, ctrlPort, rtp := sipPortPair(t), freePort(t), ports.rtp(20)
+	// baresip binds SIP on sipPort (UDP and TCP) and TLS on the port above.
+	sipPort, ctrlPort, rtp := ports.take(t, 2), ports.take(t, 1), ports.take(t, 20)
 	config := fmt.Sprintf(`poll_method	epoll
 sip_listen	127.0.0.1:%d
 call_local_timeout	30
@@ -386,7 +379,7 @@ func startLinphonec(t testing.TB, pbx *pbxProc, ports *softphonePorts, user, ton
 	t.Helper()
 	bin := requireSoftphone(t, "linphonec", "linphone-cli")
 	dir := t.TempDir()
-	sipPort, rtp := freePort(t), ports.rtp(2)
+	sipPort, rtp := ports.take(t, 1), ports.take(t, 2)
 	rc := fmt.Sprintf(`[sip]
 sip_port=%d
 sip_tcp_port=0

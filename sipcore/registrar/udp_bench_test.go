@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
-	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
@@ -186,10 +185,10 @@ func BenchmarkUDPRegisterRetainedHeap(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		before := heapAlloc()
+		before := registrar.LiveHeap()
 		start := time.Now()
 		sendRegisters(b, clients, n, "mem")
-		after := heapAlloc()
+		after := registrar.LiveHeap()
 		if st := e.srv.Stats(); st.OpenTransactions+st.CachedRegisters < n/2 {
 			open := st.OpenTransactions + st.CachedRegisters
 			b.Fatalf("only %d transactions open after %s: measure while they linger", open, time.Since(start))
@@ -214,13 +213,6 @@ func writeHeapProfile(b *testing.B, path string) {
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
 	}
-}
-
-func heapAlloc() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }
 
 // BenchmarkUDPRegisterMemoryReturn drives a bounded burst of authenticated

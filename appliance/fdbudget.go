@@ -1,0 +1,52 @@
+package appliance
+
+import (
+	"log/slog"
+	"math"
+	"syscall"
+)
+
+// mediaPortBudget bounds the legs with media at once (rtpcore's MaxPorts)
+// so that the RTP sockets, two a leg (RTP and RTCP), leave descriptors for
+// the files the process opens: call records, recordings, the database, the
+// API's connections. Without it, a call ladder past the machine's capacity
+// piled up legs until the RTP sockets held every descriptor of the open
+// file limit, and the call records were kept in memory ("call records
+// cannot be written": too many open files).
+//
+// The rest keeps a sixteenth of the limit, at least 1,024 but never more
+// than half of it. SIP over TCP is not counted: its listener rides out
+// EMFILE (it waits and accepts again), and its cap (sip.tcp.maxConnections)
+// is sized against the limit by the operator. It returns 0 (no bound beyond
+// the port range) when the limit is unknown or unlimited.
+func mediaPortBudget(nofile uint64) int {
+	if nofile == 0 || nofile > math.MaxInt32 {
+		return 0
+	}
+	n := int(nofile)
+	reserve := min(max(1024, n/16), n/2)
+	return max((n-reserve)/2, 1)
+}
+
+// openFileLimit is the process's open file limit (RLIMIT_NOFILE, the soft
+// one, which the Go runtime raises to the hard one at start), 0 if unknown.
+func openFileLimit() uint64 {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 0
+	}
+	return uint64(r.Cur)
+}
+
+// boundMediaPorts returns the bound for rtpcore's MaxPorts, and logs when
+// it is below what the port range holds: then the open file limit, not the
+// range, caps the calls with media at once.
+func boundMediaPorts(portMin, portMax int, log *slog.Logger) int {
+	nofile := openFileLimit()
+	budget := mediaPortBudget(nofile)
+	if budget > 0 && portMin > 0 && budget < (portMax-portMin+1)/2 {
+		log.Warn("rtp ports bounded by the open file limit (RLIMIT_NOFILE): raise LimitNOFILE to use the whole range",
+			"open_file_limit", nofile, "legs_at_once", budget, "rtp_port_min", portMin, "rtp_port_max", portMax)
+	}
+	return budget
+}
