@@ -70,12 +70,19 @@ func init() {
 	nextPort.Store(int32(testPortMin + (os.Getpid()%45)*100))
 }
 
-// freePort returns a port free for both UDP and TCP on 127.0.0.1.
+// portSlot is how many ports each freePort hands out: the port it returns
+// and the three above it, which SIPp binds when given the port as its media
+// port (-mp: audio, its RTCP, video and its RTCP), so that no later
+// freePort of the same process returns one of them while SIPp holds it.
+const portSlot = 4
+
+// freePort returns a port free for both UDP and TCP on 127.0.0.1, with the
+// three UDP ports above it free too (see portSlot).
 func freePort(t testing.TB) int {
 	t.Helper()
-	for i := 0; i < testPortMax-testPortMin; i++ {
-		port := int(nextPort.Add(1))
-		if port > testPortMax {
+	for i := 0; i < (testPortMax-testPortMin)/portSlot; i++ {
+		port := int(nextPort.Add(portSlot))
+		if port+portSlot > testPortMax {
 			nextPort.CompareAndSwap(int32(port), testPortMin)
 			continue
 		}
@@ -83,13 +90,11 @@ func freePort(t testing.TB) int {
 		if err != nil {
 			continue
 		}
-		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		free := udpFree(port, portSlot)
 		l.Close()
-		if err != nil {
-			continue
+		if free {
+			return port
 		}
-		u.Close()
-		return port
 	}
 	t.Fatal("no free port")
 	return 0
