@@ -8,50 +8,57 @@ import (
 	"pbx/rtpcore"
 )
 
-// The tap hands the writer every packet the party sent, in order, with
-// its payload, header fields and arrival intact, whatever the payload's
-// size; it ignores what the PBX sends or plays, drops (and counts) past
-// its bound, and after a swap collects afresh into the spare's storage.
-func TestTapBufferKeepsPacketsInOrderAndBounded(t *testing.T) {
-	b := &tapBuffer{max: 4}
-	type sent struct {
-		h       rtpcore.Header
-		payload []byte
-		at      time.Time
-	}
-	var want []sent
-	tap := func(dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
+// The taps hand the writer every packet their party sent, in order
+// across taps, with its payload, header fields, arrival and recording
+// intact, whatever the payload's size; they ignore what the PBX sends or
+// plays, drop (and count) past each tap's bound until the writer takes
+// the log, and after a swap the log collects afresh into the spare's
+// storage.
+func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
+	var log tapLog
+	a := &tapBuffer{log: &log, slot: 7<<1 | 1, serial: 42, max: 4}
+	other := &tapBuffer{log: &log, slot: 3 << 1, serial: 9, max: 4}
+	var want []record
+	tap := func(b *tapBuffer, dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
 		raw := rtpcore.AppendHeader(nil, false, pt, 7, ts, ssrc)
 		raw = append(raw, payload...)
 		h, err := rtpcore.ParseHeader(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
+		kept := 0
+		for _, w := range want {
+			if w.slot == b.slot {
+				kept++
+			}
+		}
 		b.TapRTP(&rtpcore.Packet{Dir: dir, Header: h, Raw: raw, At: at, Injected: injected})
-		if dir == rtpcore.In && !injected && len(want) < b.max {
-			want = append(want, sent{rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload, at})
+		if dir == rtpcore.In && !injected && kept < b.max {
+			want = append(want, record{rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload, at.UnixNano(), b.slot, b.serial})
 		}
 	}
 	at := time.Date(2026, 11, 23, 23, 30, 0, 123456789, time.UTC)
-	tap(rtpcore.In, false, rtpcore.PayloadPCMA, 160, 0xdeadbeef, bytes.Repeat([]byte{0xd5}, 160), at)
-	tap(rtpcore.Out, false, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{1}, 160), at)
-	tap(rtpcore.In, true, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{2}, 160), at)
-	tap(rtpcore.In, false, 101, 0xFFFFFFFF, 0xdeadbeef, []byte{1, 0x80, 0, 160}, at.Add(20*time.Millisecond))
-	tap(rtpcore.In, false, rtpcore.PayloadPCMU, 480, 9, nil, at.Add(40*time.Millisecond))
-	tap(rtpcore.In, false, rtpcore.PayloadPCMU, 640, 9, bytes.Repeat([]byte{0x7f}, 1200), at.Add(-time.Second))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMA, 160, 0xdeadbeef, bytes.Repeat([]byte{0xd5}, 160), at)
+	tap(a, rtpcore.Out, false, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{1}, 160), at)
+	tap(other, rtpcore.In, false, rtpcore.PayloadPCMU, 1, 2, []byte{3, 4}, at)
+	tap(a, rtpcore.In, true, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{2}, 160), at)
+	tap(a, rtpcore.In, false, 101, 0xFFFFFFFF, 0xdeadbeef, []byte{1, 0x80, 0, 160}, at.Add(20*time.Millisecond))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 480, 9, nil, at.Add(40*time.Millisecond))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 640, 9, bytes.Repeat([]byte{0x7f}, 1200), at.Add(-time.Second))
 	for range 3 {
-		tap(rtpcore.In, false, rtpcore.PayloadPCMU, 800, 9, []byte{1, 2, 3}, at) // beyond the bound
+		tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 800, 9, []byte{1, 2, 3}, at) // beyond the bound
 	}
-	if b.dropped.Load() != 3 {
-		t.Errorf("dropped %d, want 3", b.dropped.Load())
+	tap(other, rtpcore.In, false, rtpcore.PayloadPCMU, 161, 2, []byte{5}, at) // its own bound is not reached
+	if a.dropped.Load() != 3 || other.dropped.Load() != 0 {
+		t.Errorf("dropped %d and %d, want 3 and 0", a.dropped.Load(), other.dropped.Load())
 	}
-	got := b.swap(batch{data: make([]byte, 0, 64)})
-	if got.n != 4 {
-		t.Errorf("%d packets, want 4", got.n)
+	got := log.swap(batch{data: make([]byte, 0, 256)})
+	if got.n != 6 {
+		t.Errorf("%d packets, want 6", got.n)
 	}
 	i := 0
 	for d := got.data; ; i++ {
-		h, payload, ns, rest, ok := nextRecord(d)
+		p, rest, ok := nextRecord(d)
 		if !ok {
 			break
 		}
@@ -59,16 +66,23 @@ func TestTapBufferKeepsPacketsInOrderAndBounded(t *testing.T) {
 			t.Fatalf("packet %d beyond the %d sent", i, len(want))
 		}
 		w := want[i]
-		if h != w.h || !bytes.Equal(payload, w.payload) || ns != w.at.UnixNano() {
-			t.Errorf("packet %d: %+v %d bytes at %d, want %+v %d bytes at %d", i, h, len(payload), ns, w.h, len(w.payload), w.at.UnixNano())
+		if p.h != w.h || !bytes.Equal(p.payload, w.payload) || p.at != w.at || p.slot != w.slot || p.serial != w.serial {
+			t.Errorf("packet %d: %+v %d bytes at %d of %d/%d, want %+v %d bytes at %d of %d/%d",
+				i, p.h, len(p.payload), p.at, p.slot, p.serial, w.h, len(w.payload), w.at, w.slot, w.serial)
 		}
 		d = rest
 	}
 	if i != len(want) {
 		t.Errorf("%d packets, want %d", i, len(want))
 	}
-	tap(rtpcore.In, false, rtpcore.PayloadPCMA, 960, 3, []byte{9}, at)
-	if again := b.swap(batch{}); again.n != 1 || len(again.data) != recordHeader+1 || cap(again.data) != 64 {
-		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d, want 1, %d, the spare's 64", again.n, len(again.data), cap(again.data), recordHeader+1)
+	// A swap starts each tap's count afresh, in the spare's storage.
+	for range 4 {
+		tap(a, rtpcore.In, false, rtpcore.PayloadPCMA, 960, 3, []byte{9}, at)
+	}
+	if again := log.swap(batch{}); again.n != 4 || len(again.data) != 4*(recordHeader+1) || cap(again.data) != 256 {
+		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d, want 4, %d, the spare's 256", again.n, len(again.data), cap(again.data), 4*(recordHeader+1))
+	}
+	if a.dropped.Load() != 3 {
+		t.Errorf("dropped %d after a swap, want still 3", a.dropped.Load())
 	}
 }
