@@ -68,7 +68,10 @@ func BenchmarkRecordingPerPacket(b *testing.B) {
 		}
 		if period++; period%10 == 0 {
 			s.drainMu.Lock()
-			s.dispatch()
+			s.sort()
+			for slice := range drainSlices {
+				s.serve(slice)
+			}
 			if period%20 == 0 {
 				for _, r := range recs {
 					r.write()

@@ -79,7 +79,8 @@ type Store struct {
 	// writing their audio (the writer loop, a Stop's last hand-over); it
 	// guards every running recording's mixer, file, err and stopped.
 	drainMu sync.Mutex
-	spare   batch // the log's next buffer; guarded by drainMu
+	spare   batch               // the log's next buffer; guarded by drainMu
+	bins    [drainSlices][]byte // the log's packets by the slice serving their recording, until served; guarded by drainMu
 
 	mu        sync.Mutex
 	slices    [drainSlices][]*Recorder // the running recordings, by the slice that serves them
@@ -209,7 +210,7 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	// The taps go on once the loop can find the recording their packets
 	// name.
 	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
-		r.taps[i] = &tapBuffer{log: &s.taps, slot: r.slot<<1 | uint32(i), serial: r.serial, max: s.opts.QueueSize}
+		r.taps[i] = &tapBuffer{log: &s.taps, slot: r.slot<<1 | uint32(i), serial: r.serial, slice: uint8(r.slice), max: s.opts.QueueSize}
 		r.untap[i] = leg.AddInTap(r.taps[i])
 	}
 	return r, nil
@@ -270,12 +271,17 @@ const yieldEvery = 8
 // yieldEvery.
 const dispatchYield = 512
 
-// loop is the one writer of every running recording: each tick it hands
-// the packets the taps collected to their recordings (in batches, so the
-// relay never wakes a writer per packet) and, for one slice of the
-// recordings, hands audio to the kernel each FlushEvery, so a killed
-// process loses little. The header's sizes are patched only at the end;
-// recovery repairs them after a crash. It ends when no recording runs.
+// loop is the one writer of every running recording. Each tick it takes
+// the packets the taps collected (in a batch, so the relay never wakes a
+// writer per packet, and often, so the log stays small and in the
+// relay's cache) and sorts them by the slice that serves their
+// recording; then it serves one slice: hands its packets to their
+// recordings and, each FlushEvery, their audio to the kernel, so a killed
+// process loses little. A recording's state is so touched in one burst
+// every DrainEvery, not at every tick (hundreds of recordings' state is
+// more than a cache holds). The header's sizes are patched only at the
+// end; recovery repairs them after a crash. It ends when no recording
+// runs.
 func (s *Store) loop() {
 	defer s.wg.Done()
 	tick := time.NewTicker(max(s.opts.DrainEvery/drainSlices, time.Millisecond))
@@ -293,7 +299,8 @@ func (s *Store) loop() {
 		s.mu.Unlock()
 		now := time.Now()
 		s.drainMu.Lock()
-		s.dispatch()
+		s.sort()
+		s.serve(n % drainSlices)
 		for i, r := range rs {
 			if i > 0 && i%yieldEvery == 0 {
 				runtime.Gosched()
@@ -307,17 +314,34 @@ func (s *Store) loop() {
 	}
 }
 
-// dispatch hands the packets the taps collected since the last dispatch
-// to their recordings' mixers, in the order they came; s.drainMu is held.
-// A packet of a recording no longer running (tapped as it stopped) is
-// left out.
-func (s *Store) dispatch() {
+// sort takes the packets the taps collected since the last sort and
+// appends each to the bin of the slice serving its recording; s.drainMu
+// is held.
+func (s *Store) sort() {
 	got := s.taps.swap(s.spare)
+	for d := got.data; ; {
+		p, rest, ok := nextRecord(d)
+		if !ok {
+			break
+		}
+		d = rest
+		if p.slice < drainSlices {
+			s.bins[p.slice] = append(s.bins[p.slice], p.raw...)
+		}
+	}
+	s.spare = got
+}
+
+// serve hands the packets sorted into slice's bin to their recordings'
+// mixers, in the order they came; s.drainMu is held. A packet of a
+// recording no longer running (tapped as it stopped) is left out.
+func (s *Store) serve(slice int) {
 	var table []*Recorder
 	if t := s.table.Load(); t != nil {
 		table = *t
 	}
-	for d, k := got.data, 1; ; k++ {
+	bin := s.bins[slice]
+	for d, k := bin, 1; ; k++ {
 		p, rest, ok := nextRecord(d)
 		if !ok {
 			break
@@ -334,7 +358,7 @@ func (s *Store) dispatch() {
 			r.err = r.mix.packetNano(int(p.slot&1), p.h, p.payload, p.at)
 		}
 	}
-	s.spare = got
+	s.bins[slice] = bin[:0]
 }
 
 // write hands the audio final so far to the file in one write (encoded
@@ -381,7 +405,8 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 		// The packets still in the log go to their recordings, this one's
 		// last; then the loop leaves it alone.
 		s.drainMu.Lock()
-		s.dispatch()
+		s.sort()
+		s.serve(r.slice)
 		r.stopped = true
 		s.mu.Lock()
 		s.withdraw(r)

@@ -44,8 +44,9 @@ const (
 	recAt     = 11 // int64 arrival, Unix nanoseconds
 	recSlot   = 19 // uint32 the recording's slot in the store's table, times 2, plus the side
 	recSerial = 23 // uint32 the recording's serial number (a slot is reused)
+	recSlice  = 27 // uint8 the writer loop's slice that serves the recording
 
-	recordHeader = 27
+	recordHeader = 28
 )
 
 // tapBuffer is one party's tap: it appends what the party sent (In),
@@ -57,6 +58,7 @@ type tapBuffer struct {
 	log    *tapLog
 	slot   uint32 // slot*2 + side
 	serial uint32
+	slice  uint8
 	max    int
 
 	gen     uint32 // the log's generation n counts in; guarded by log.mu
@@ -93,6 +95,7 @@ func (b *tapBuffer) TapRTP(p *rtpcore.Packet) {
 	binary.LittleEndian.PutUint64(h[recAt:], uint64(at))
 	binary.LittleEndian.PutUint32(h[recSlot:], b.slot)
 	binary.LittleEndian.PutUint32(h[recSerial:], b.serial)
+	h[recSlice] = b.slice
 	copy(d[k+recordHeader:], pl)
 	l.cur.data = d
 	l.mu.Unlock()
@@ -117,6 +120,8 @@ type record struct {
 	at      int64  // arrival, Unix nanoseconds
 	slot    uint32 // the recording's slot times 2 plus the side
 	serial  uint32
+	slice   int
+	raw     []byte // the whole record
 }
 
 // nextRecord returns the first packet of d, a batch's data, and the rest
@@ -132,6 +137,8 @@ func nextRecord(d []byte) (r record, rest []byte, ok bool) {
 		at:      int64(binary.LittleEndian.Uint64(d[recAt:])),
 		slot:    binary.LittleEndian.Uint32(d[recSlot:]),
 		serial:  binary.LittleEndian.Uint32(d[recSerial:]),
+		slice:   int(d[recSlice]),
+		raw:     d[:n],
 	}
 	return r, d[n:], true
 }

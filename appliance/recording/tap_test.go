@@ -16,8 +16,8 @@ import (
 // storage.
 func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 	var log tapLog
-	a := &tapBuffer{log: &log, slot: 7<<1 | 1, serial: 42, max: 4}
-	other := &tapBuffer{log: &log, slot: 3 << 1, serial: 9, max: 4}
+	a := &tapBuffer{log: &log, slot: 7<<1 | 1, serial: 42, slice: 5, max: 4}
+	other := &tapBuffer{log: &log, slot: 3 << 1, serial: 9, slice: 0, max: 4}
 	var want []record
 	tap := func(b *tapBuffer, dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
 		raw := rtpcore.AppendHeader(nil, false, pt, 7, ts, ssrc)
@@ -34,7 +34,8 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 		}
 		b.TapRTP(&rtpcore.Packet{Dir: dir, Header: h, Raw: raw, At: at, Injected: injected})
 		if dir == rtpcore.In && !injected && kept < b.max {
-			want = append(want, record{rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload, at.UnixNano(), b.slot, b.serial})
+			want = append(want, record{h: rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload: payload, at: at.UnixNano(),
+				slot: b.slot, serial: b.serial, slice: int(b.slice)})
 		}
 	}
 	at := time.Date(2026, 11, 23, 23, 30, 0, 123456789, time.UTC)
@@ -66,9 +67,10 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 			t.Fatalf("packet %d beyond the %d sent", i, len(want))
 		}
 		w := want[i]
-		if p.h != w.h || !bytes.Equal(p.payload, w.payload) || p.at != w.at || p.slot != w.slot || p.serial != w.serial {
-			t.Errorf("packet %d: %+v %d bytes at %d of %d/%d, want %+v %d bytes at %d of %d/%d",
-				i, p.h, len(p.payload), p.at, p.slot, p.serial, w.h, len(w.payload), w.at, w.slot, w.serial)
+		if p.h != w.h || !bytes.Equal(p.payload, w.payload) || p.at != w.at || p.slot != w.slot || p.serial != w.serial || p.slice != w.slice ||
+			len(p.raw) != recordHeader+len(w.payload) || &p.raw[0] != &d[0] {
+			t.Errorf("packet %d: %+v %d bytes at %d of %d/%d in slice %d, want %+v %d bytes at %d of %d/%d in slice %d",
+				i, p.h, len(p.payload), p.at, p.slot, p.serial, p.slice, w.h, len(w.payload), w.at, w.slot, w.serial, w.slice)
 		}
 		d = rest
 	}
