@@ -319,15 +319,15 @@ func (s *Store) loop() {
 // is held.
 func (s *Store) sort() {
 	got := s.taps.swap(s.spare)
-	for d := got.data; ; {
-		p, rest, ok := nextRecord(d)
-		if !ok {
+	for d := record(got.data); ; {
+		n := d.next()
+		if n == 0 {
 			break
 		}
-		d = rest
-		if p.slice < drainSlices {
-			s.bins[p.slice] = append(s.bins[p.slice], p.raw...)
+		if sl := d.slice(); sl < drainSlices {
+			s.bins[sl] = append(s.bins[sl], d[:n]...)
 		}
+		d = d[n:]
 	}
 	s.spare = got
 }
@@ -341,22 +341,21 @@ func (s *Store) serve(slice int) {
 		table = *t
 	}
 	bin := s.bins[slice]
-	for d, k := bin, 1; ; k++ {
-		p, rest, ok := nextRecord(d)
-		if !ok {
+	for d, k := record(bin), 1; ; k++ {
+		n := d.next()
+		if n == 0 {
 			break
 		}
-		d = rest
 		if k%dispatchYield == 0 {
 			runtime.Gosched()
 		}
-		i := int(p.slot >> 1)
-		if i >= len(table) {
-			continue
+		slot := d.slot()
+		if i := int(slot >> 1); i < len(table) {
+			if r := table[i]; r != nil && r.serial == d.serial() && !r.stopped && r.err == nil {
+				r.err = r.mix.packetNano(int(slot&1), d.header(), d.payload(), d.at())
+			}
 		}
-		if r := table[i]; r != nil && r.serial == p.serial && !r.stopped && r.err == nil {
-			r.err = r.mix.packetNano(int(p.slot&1), p.h, p.payload, p.at)
-		}
+		d = d[n:]
 	}
 	s.bins[slice] = bin[:0]
 }

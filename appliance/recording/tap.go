@@ -113,32 +113,41 @@ func (l *tapLog) swap(spare batch) batch {
 	return out
 }
 
-// record is one packet of a batch.
-type record struct {
-	h       rtpcore.Header
-	payload []byte
-	at      int64  // arrival, Unix nanoseconds
-	slot    uint32 // the recording's slot times 2 plus the side
-	serial  uint32
-	slice   int
-	raw     []byte // the whole record
+// record is one packet's record at the start of a batch's data (and
+// whatever follows it); its methods read the fields in place.
+type record []byte
+
+// next returns the record's length, header and payload, or 0 when r holds
+// no whole record.
+func (r record) next() int {
+	if len(r) < recordHeader {
+		return 0
+	}
+	n := recordHeader + int(binary.LittleEndian.Uint16(r[recLen:]))
+	if n > len(r) {
+		return 0
+	}
+	return n
 }
 
-// nextRecord returns the first packet of d, a batch's data, and the rest
-// of d; ok is false when d holds no more.
-func nextRecord(d []byte) (r record, rest []byte, ok bool) {
-	if len(d) < recordHeader {
-		return r, nil, false
-	}
-	n := recordHeader + int(binary.LittleEndian.Uint16(d[recLen:]))
-	r = record{
-		h:       rtpcore.Header{PayloadType: d[recPT], Timestamp: binary.LittleEndian.Uint32(d[recTS:]), SSRC: binary.LittleEndian.Uint32(d[recSSRC:])},
-		payload: d[recordHeader:n],
-		at:      int64(binary.LittleEndian.Uint64(d[recAt:])),
-		slot:    binary.LittleEndian.Uint32(d[recSlot:]),
-		serial:  binary.LittleEndian.Uint32(d[recSerial:]),
-		slice:   int(d[recSlice]),
-		raw:     d[:n],
-	}
-	return r, d[n:], true
+// header is the packet's RTP header as the mixer needs it.
+func (r record) header() rtpcore.Header {
+	return rtpcore.Header{PayloadType: r[recPT], Timestamp: binary.LittleEndian.Uint32(r[recTS:]), SSRC: binary.LittleEndian.Uint32(r[recSSRC:])}
 }
+
+// payload is the packet's payload.
+func (r record) payload() []byte {
+	return r[recordHeader : recordHeader+int(binary.LittleEndian.Uint16(r[recLen:]))]
+}
+
+// at is the packet's arrival, Unix nanoseconds.
+func (r record) at() int64 { return int64(binary.LittleEndian.Uint64(r[recAt:])) }
+
+// slot is the recording's slot times 2 plus the side.
+func (r record) slot() uint32 { return binary.LittleEndian.Uint32(r[recSlot:]) }
+
+// serial is the recording's serial number.
+func (r record) serial() uint32 { return binary.LittleEndian.Uint32(r[recSerial:]) }
+
+// slice is the writer loop's slice serving the recording.
+func (r record) slice() int { return int(r[recSlice]) }

@@ -18,7 +18,13 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 	var log tapLog
 	a := &tapBuffer{log: &log, slot: 7<<1 | 1, serial: 42, slice: 5, max: 4}
 	other := &tapBuffer{log: &log, slot: 3 << 1, serial: 9, slice: 0, max: 4}
-	var want []record
+	type sent struct {
+		h                   rtpcore.Header
+		payload             []byte
+		at                  int64
+		slot, serial, slice int
+	}
+	var want []sent
 	tap := func(b *tapBuffer, dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
 		raw := rtpcore.AppendHeader(nil, false, pt, 7, ts, ssrc)
 		raw = append(raw, payload...)
@@ -28,14 +34,14 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 		}
 		kept := 0
 		for _, w := range want {
-			if w.slot == b.slot {
+			if w.slot == int(b.slot) {
 				kept++
 			}
 		}
 		b.TapRTP(&rtpcore.Packet{Dir: dir, Header: h, Raw: raw, At: at, Injected: injected})
 		if dir == rtpcore.In && !injected && kept < b.max {
-			want = append(want, record{h: rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload: payload, at: at.UnixNano(),
-				slot: b.slot, serial: b.serial, slice: int(b.slice)})
+			want = append(want, sent{h: rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload: payload, at: at.UnixNano(),
+				slot: int(b.slot), serial: int(b.serial), slice: int(b.slice)})
 		}
 	}
 	at := time.Date(2026, 11, 23, 23, 30, 0, 123456789, time.UTC)
@@ -58,21 +64,24 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 		t.Errorf("%d packets, want 6", got.n)
 	}
 	i := 0
-	for d := got.data; ; i++ {
-		p, rest, ok := nextRecord(d)
-		if !ok {
+	for d := record(got.data); ; i++ {
+		n := d.next()
+		if n == 0 {
+			if len(d) != 0 {
+				t.Errorf("%d bytes left over", len(d))
+			}
 			break
 		}
 		if i >= len(want) {
 			t.Fatalf("packet %d beyond the %d sent", i, len(want))
 		}
 		w := want[i]
-		if p.h != w.h || !bytes.Equal(p.payload, w.payload) || p.at != w.at || p.slot != w.slot || p.serial != w.serial || p.slice != w.slice ||
-			len(p.raw) != recordHeader+len(w.payload) || &p.raw[0] != &d[0] {
+		if d.header() != w.h || !bytes.Equal(d.payload(), w.payload) || d.at() != w.at || int(d.slot()) != w.slot ||
+			int(d.serial()) != w.serial || d.slice() != w.slice || n != recordHeader+len(w.payload) {
 			t.Errorf("packet %d: %+v %d bytes at %d of %d/%d in slice %d, want %+v %d bytes at %d of %d/%d in slice %d",
-				i, p.h, len(p.payload), p.at, p.slot, p.serial, p.slice, w.h, len(w.payload), w.at, w.slot, w.serial, w.slice)
+				i, d.header(), len(d.payload()), d.at(), d.slot(), d.serial(), d.slice(), w.h, len(w.payload), w.at, w.slot, w.serial, w.slice)
 		}
-		d = rest
+		d = d[n:]
 	}
 	if i != len(want) {
 		t.Errorf("%d packets, want %d", i, len(want))
