@@ -38,11 +38,13 @@ type Options struct {
 	// CursorKey signs listing cursors; empty means a random key (cursors
 	// then do not survive a restart).
 	CursorKey []byte
-	// QueueSize is how many packets per direction may wait for the writer
-	// before the tap drops them; 0 means 250 (5 s of 20 ms packets).
+	// QueueSize is how many packets per direction a tap may add to the
+	// taps' log between two of the writer's takes before it drops them (a
+	// writer stalled that long); 0 means 250 (5 s of 20 ms packets).
 	QueueSize int
-	// DrainEvery is how often the writer takes the queued packets (in a
-	// batch, so the relay does not wake it for every packet); 0 means
+	// DrainEvery is how often each recording is handed its packets (in a
+	// batch, so the relay does not wake the writer for every packet); the
+	// writer takes the taps' log every DrainEvery/drainSlices. 0 means
 	// 200 ms.
 	DrainEvery time.Duration
 	// FlushEvery is how often audio is handed to the kernel (so a killed
@@ -256,7 +258,8 @@ func (s *Store) withdraw(r *Recorder) {
 // costs the process a thread woken, the scheduler's search for work and
 // often a relay thread preempted, whatever the writer then does: 40
 // slices (200 wake-ups a second) cost the relay's process measurably more
-// CPU than 10 (50 a second) for the same work (BenchmarkRecordedRelay).
+// CPU than 10 (50 a second) for the same work; 5 cost no less than 10
+// (BenchmarkRecordedRelay).
 const drainSlices = 10
 
 // yieldEvery is how many recordings the writer serves between yields, so
