@@ -18,6 +18,8 @@ import (
 // frames collects what the mixer writes.
 type frames struct{ l, r []int16 }
 
+func (f *frames) Size() int64 { return int64(4 * len(f.l)) }
+
 func (f *frames) WritePCM(p []byte) error {
 	if len(p)%4 != 0 {
 		return fmt.Errorf("%d bytes: not whole frames", len(p))
@@ -351,5 +353,56 @@ func TestMixerFollowsACodecChangeWithSilentGaps(t *testing.T) {
 	checkRange(t, "right A-law", f.r, 12800, 16000, level(700))
 	if len(f.l) != 16000 || len(f.r) != 16000 {
 		t.Errorf("%d and %d frames, want 16000", len(f.l), len(f.r))
+	}
+}
+
+// pageSink is a WAV writer that notes where the file ends after each
+// write.
+type pageSink struct {
+	*rtpcore.WAVWriter
+	ends []int64
+}
+
+func (p *pageSink) WritePCM(b []byte) error {
+	err := p.WAVWriter.WritePCM(b)
+	p.ends = append(p.ends, p.Size())
+	return err
+}
+
+// Once a page of audio is final, the writer's writes end the file on page
+// boundaries (the kernel then never takes up a page twice), holding back
+// less than a page; with less than a page final, what is final goes out.
+func TestMixerWritesEndOnPageBoundaries(t *testing.T) {
+	w, err := rtpcore.NewWAVWriter(discardSeeker{}, 8000, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &pageSink{WAVWriter: w}
+	m := newMixer(sink, 8000, t0)
+	for n := 0; n < 500; n++ { // 10 s, handed out each 400 ms
+		send(t, m, Left, 1, n, 1000, 0)
+		send(t, m, Right, 2, n, -700, 0)
+		if n%20 == 19 {
+			final := m.written - m.base
+			if err := m.emit(); err != nil {
+				t.Fatal(err)
+			}
+			held := m.written - m.base
+			switch {
+			case final < pageSize/4 && held > 7:
+				t.Fatalf("packet %d: %d frames final, less than a page, but %d held back", n, final, held)
+			case final >= pageSize/4 && (sink.Size()%pageSize != 0 || held >= pageSize/4):
+				t.Fatalf("packet %d: the file ends at %d with %d frames held back", n, sink.Size(), held)
+			}
+		}
+	}
+	if len(sink.ends) < 20 {
+		t.Fatalf("%d writes in 10 s", len(sink.ends))
+	}
+	if err := m.finish(t0.Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := sink.Frames(); got != 80000 {
+		t.Errorf("%d frames in the file, want 80000", got)
 	}
 }

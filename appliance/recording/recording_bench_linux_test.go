@@ -13,8 +13,9 @@ import (
 // BenchmarkRecordingPerPacket is what recording costs per packet in the
 // PBX, without the relay: PBX_BENCH_CALLS recordings (default 500) of real
 // legs, each party's tap handed one 20 ms packet per period as the relay
-// would, every recording drained each 200 ms of the calls' time and
-// written to its file each 400 ms, as the writer loop does (here on the
+// would, the taps' packets handed to the recordings each 200 ms of the
+// calls' time and every recording written to its file each 400 ms, as the
+// writer loop does (here on the
 // benchmark's goroutine, so the figure does not depend on how the machine
 // schedules the relay and the writer). An op is one 20 ms period of every
 // call; cpu-ns/pkt, the process's CPU time (not the wall clock, which on a
@@ -66,11 +67,17 @@ func BenchmarkRecordingPerPacket(b *testing.B) {
 			}
 		}
 		if period++; period%10 == 0 {
-			for _, r := range recs {
-				r.mu.Lock()
-				r.drain(period%20 == 0)
-				r.mu.Unlock()
+			s.drainMu.Lock()
+			s.sort()
+			for slice := range drainSlices {
+				s.serve(slice)
 			}
+			if period%20 == 0 {
+				for _, r := range recs {
+					r.write()
+				}
+			}
+			s.drainMu.Unlock()
 		}
 	}
 	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N*2*calls), "cpu-ns/pkt")

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"pbx/appliance/cdr"
@@ -36,11 +38,13 @@ type Options struct {
 	// CursorKey signs listing cursors; empty means a random key (cursors
 	// then do not survive a restart).
 	CursorKey []byte
-	// QueueSize is how many packets per direction may wait for the writer
-	// before the tap drops them; 0 means 250 (5 s of 20 ms packets).
+	// QueueSize is how many packets per direction a tap may add to the
+	// taps' log between two of the writer's takes before it drops them (a
+	// writer stalled that long); 0 means 250 (5 s of 20 ms packets).
 	QueueSize int
-	// DrainEvery is how often the writer takes the queued packets (in a
-	// batch, so the relay does not wake it for every packet); 0 means
+	// DrainEvery is how often each recording is handed its packets (in a
+	// batch, so the relay does not wake the writer for every packet); the
+	// writer takes the taps' log every DrainEvery/drainSlices. 0 means
 	// 200 ms.
 	DrainEvery time.Duration
 	// FlushEvery is how often audio is handed to the kernel (so a killed
@@ -71,11 +75,23 @@ type Store struct {
 	log      *slog.Logger
 	wg       sync.WaitGroup // the writer loop and recordings being finished
 
+	taps tapLog // what every running recording's parties sent, not yet handed over
+
+	// drainMu serialises handing the taps' packets to the recordings and
+	// writing their audio (the writer loop, a Stop's last hand-over); it
+	// guards every running recording's mixer, file, err and stopped.
+	drainMu sync.Mutex
+	spare   batch               // the log's next buffer; guarded by drainMu
+	bins    [drainSlices][]byte // the log's packets by the slice serving their recording, until served; guarded by drainMu
+
 	mu        sync.Mutex
 	slices    [drainSlices][]*Recorder // the running recordings, by the slice that serves them
 	active    int                      // how many
 	nextSlice int
-	looping   bool // the writer loop runs
+	looping   bool                        // the writer loop runs
+	table     atomic.Pointer[[]*Recorder] // by slot, for the log's packets; replaced (never changed) under mu
+	free      []uint32                    // slots free in table
+	serial    uint32                      // the last recording's serial number
 }
 
 // New returns the store, creating its directories.
@@ -126,21 +142,22 @@ type Legs struct {
 
 // Recorder writes one call's recording.
 type Recorder struct {
-	s     *Store
-	wav   string
-	meta  string
-	taps  [2]*tapBuffer
-	untap [2]func()
-	slice int // which of the writer loop's slices serves it
-	idx   int // its index in that slice, -1 once stopped; guarded by s.mu
+	s      *Store
+	wav    string
+	meta   string
+	taps   [2]*tapBuffer
+	untap  [2]func()
+	slice  int    // which of the writer loop's slices serves it
+	idx    int    // its index in that slice, -1 once stopped; guarded by s.mu
+	slot   uint32 // its place in s.table
+	serial uint32 // told apart from an earlier recording in the same slot
 
-	mu        sync.Mutex // the writer loop or Stop's finishing
+	// Guarded by s.drainMu while it runs; Stop's finishing owns them after.
 	sc        Sidecar
 	f         *os.File
 	w         *rtpcore.WAVWriter
 	mix       *mixer
 	lastFlush time.Time
-	spare     [2]batch
 	stopped   bool
 	err       error
 }
@@ -179,11 +196,8 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 	}
 	r.f = f
 	r.mix = newMixer(r.w, sampleRate, at)
-	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
-		r.taps[i] = &tapBuffer{max: s.opts.QueueSize}
-		r.untap[i] = leg.AddInTap(r.taps[i])
-	}
 	s.mu.Lock()
+	s.publish(r)
 	r.slice = s.nextSlice
 	s.nextSlice = (s.nextSlice + 1) % drainSlices
 	r.idx = len(s.slices[r.slice])
@@ -195,7 +209,45 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 		go s.loop()
 	}
 	s.mu.Unlock()
+	// The taps go on once the loop can find the recording their packets
+	// name.
+	for i, leg := range []*rtpcore.Leg{legs.Caller, legs.Callee} {
+		r.taps[i] = &tapBuffer{log: &s.taps, slot: r.slot<<1 | uint32(i), serial: r.serial, slice: uint8(r.slice), max: s.opts.QueueSize}
+		r.untap[i] = leg.AddInTap(r.taps[i])
+	}
 	return r, nil
+}
+
+// publish gives r a slot and serial number and puts it in the table the
+// log's packets are looked up in; s.mu is held.
+func (s *Store) publish(r *Recorder) {
+	var t []*Recorder
+	if cur := s.table.Load(); cur != nil {
+		t = append(t, *cur...)
+	}
+	if n := len(s.free); n > 0 {
+		r.slot = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		r.slot = uint32(len(t))
+		t = append(t, nil)
+	}
+	s.serial++
+	r.serial = s.serial
+	t[r.slot] = r
+	s.table.Store(&t)
+}
+
+// withdraw takes r out of the table, freeing its slot; s.mu is held.
+func (s *Store) withdraw(r *Recorder) {
+	cur := s.table.Load()
+	if cur == nil || int(r.slot) >= len(*cur) || (*cur)[r.slot] != r {
+		return
+	}
+	t := slices.Clone(*cur)
+	t[r.slot] = nil
+	s.free = append(s.free, r.slot)
+	s.table.Store(&t)
 }
 
 // drainSlices spreads the writer's work: every DrainEvery/drainSlices it
@@ -206,7 +258,8 @@ func (s *Store) Start(sc Sidecar, legs Legs, at time.Time) (*Recorder, error) {
 // costs the process a thread woken, the scheduler's search for work and
 // often a relay thread preempted, whatever the writer then does: 40
 // slices (200 wake-ups a second) cost the relay's process measurably more
-// CPU than 10 (50 a second) for the same work (BenchmarkRecordedRelay).
+// CPU than 10 (50 a second) for the same work; 5 cost no less than 10
+// (BenchmarkRecordedRelay).
 const drainSlices = 10
 
 // yieldEvery is how many recordings the writer serves between yields, so
@@ -216,11 +269,22 @@ const drainSlices = 10
 // scheduler then leaves its P alone during the system call).
 const yieldEvery = 8
 
-// loop is the one writer of every running recording: it takes what the
-// taps collected (in batches, so the relay never wakes a writer per
-// packet) and hands audio to the kernel each FlushEvery, so a killed
-// process loses little. The header's sizes are patched only at the end;
-// recovery repairs them after a crash. It ends when no recording runs.
+// dispatchYield is how many packets the writer hands to their
+// recordings between yields (some 100 µs of work), for the same reason as
+// yieldEvery.
+const dispatchYield = 512
+
+// loop is the one writer of every running recording. Each tick it takes
+// the packets the taps collected (in a batch, so the relay never wakes a
+// writer per packet, and often, so the log stays small and in the
+// relay's cache) and sorts them by the slice that serves their
+// recording; then it serves one slice: hands its packets to their
+// recordings and, each FlushEvery, their audio to the kernel, so a killed
+// process loses little. A recording's state is so touched in one burst
+// every DrainEvery, not at every tick (hundreds of recordings' state is
+// more than a cache holds). The header's sizes are patched only at the
+// end; recovery repairs them after a crash. It ends when no recording
+// runs.
 func (s *Store) loop() {
 	defer s.wg.Done()
 	tick := time.NewTicker(max(s.opts.DrainEvery/drainSlices, time.Millisecond))
@@ -237,45 +301,80 @@ func (s *Store) loop() {
 		rs = append(rs[:0], s.slices[n%drainSlices]...)
 		s.mu.Unlock()
 		now := time.Now()
+		s.drainMu.Lock()
+		s.sort()
+		s.serve(n % drainSlices)
 		for i, r := range rs {
 			if i > 0 && i%yieldEvery == 0 {
 				runtime.Gosched()
 			}
-			r.mu.Lock()
-			if !r.stopped {
-				flush := now.Sub(r.lastFlush)+s.opts.DrainEvery/2 >= s.opts.FlushEvery
-				r.drain(flush)
-				if flush {
-					r.lastFlush = now
-				}
+			if !r.stopped && now.Sub(r.lastFlush)+s.opts.DrainEvery/2 >= s.opts.FlushEvery {
+				r.write()
+				r.lastFlush = now
 			}
-			r.mu.Unlock()
 		}
+		s.drainMu.Unlock()
 	}
 }
 
-// drain takes the packets the taps collected since the last drain into
-// the mixer and, when write is set, hands the audio final so far to the
-// file in one write (encoded in a scratch shared by every recording, so
-// neither the encoding nor the kernel's copy touches memory of the
-// recording's own); r.mu is held.
-func (r *Recorder) drain(write bool) {
-	for side := range r.taps {
-		got := r.taps[side].swap(r.spare[side])
-		for d := got.data; r.err == nil; {
-			h, payload, at, rest, ok := nextRecord(d)
-			if !ok {
-				break
-			}
-			r.err = r.mix.packetNano(side, h, payload, at)
-			d = rest
+// sort takes the packets the taps collected since the last sort and
+// appends each to the bin of the slice serving its recording; s.drainMu
+// is held.
+func (s *Store) sort() {
+	got := s.taps.swap(s.spare)
+	for d := record(got.data); ; {
+		n := d.next()
+		if n == 0 {
+			break
 		}
-		r.spare[side] = got
+		if sl := d.slice(); sl < drainSlices {
+			s.bins[sl] = append(s.bins[sl], d[:n]...)
+		}
+		d = d[n:]
 	}
-	if r.err == nil && write {
+	s.spare = got
+}
+
+// serve hands the packets sorted into slice's bin to their recordings'
+// mixers, in the order they came; s.drainMu is held. A packet of a
+// recording no longer running (tapped as it stopped) is left out.
+func (s *Store) serve(slice int) {
+	var table []*Recorder
+	if t := s.table.Load(); t != nil {
+		table = *t
+	}
+	bin := s.bins[slice]
+	for d, k := record(bin), 1; ; k++ {
+		n := d.next()
+		if n == 0 {
+			break
+		}
+		if k%dispatchYield == 0 {
+			runtime.Gosched()
+		}
+		slot := d.slot()
+		if i := int(slot >> 1); i < len(table) {
+			if r := table[i]; r != nil && r.serial == d.serial() && !r.stopped && r.err == nil {
+				r.err = r.mix.packetNano(int(slot&1), d.header(), d.payload(), d.at())
+			}
+		}
+		d = d[n:]
+	}
+	s.bins[slice] = bin[:0]
+}
+
+// write hands the audio final so far to the file in one write (encoded
+// in a scratch shared by every recording, so neither the encoding nor the
+// kernel's copy touches memory of the recording's own); s.drainMu is
+// held.
+func (r *Recorder) write() {
+	if r.err == nil {
 		r.err = r.mix.emit()
 	}
 }
+
+// errStopped is the error of a second Stop.
+var errStopped = errors.New("already stopped")
 
 // Stop ends the recording at instant end, with final's word on the call
 // (call_id, direction, who, end; id, tenant and start are kept). The
@@ -287,27 +386,38 @@ func (r *Recorder) Stop(final Sidecar, end time.Time, done func(*Sidecar, error)
 	}
 	s := r.s
 	s.mu.Lock()
-	if r.idx >= 0 {
-		sl := s.slices[r.slice]
-		last := sl[len(sl)-1]
-		sl[r.idx], last.idx = last, r.idx
-		sl[len(sl)-1] = nil
-		s.slices[r.slice] = sl[:len(sl)-1]
-		r.idx = -1
-		s.active--
+	if r.idx < 0 {
+		s.mu.Unlock()
+		if done != nil {
+			done(nil, fmt.Errorf("recording %s: %w", r.sc.ID, errStopped))
+		}
+		return
 	}
+	sl := s.slices[r.slice]
+	last := sl[len(sl)-1]
+	sl[r.idx], last.idx = last, r.idx
+	sl[len(sl)-1] = nil
+	s.slices[r.slice] = sl[:len(sl)-1]
+	r.idx = -1
+	s.active--
 	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		r.mu.Lock()
+		// The packets still in the log go to their recordings, this one's
+		// last; then the loop leaves it alone.
+		s.drainMu.Lock()
+		s.sort()
+		s.serve(r.slice)
 		r.stopped = true
+		s.mu.Lock()
+		s.withdraw(r)
+		s.mu.Unlock()
+		s.drainMu.Unlock()
 		r.sc.CallID, r.sc.Direction, r.sc.From, r.sc.To = final.CallID, final.Direction, final.From, final.To
 		r.sc.DID, r.sc.Trunk, r.sc.AnsweredBy, r.sc.End = final.DID, final.Trunk, final.AnsweredBy, final.End
-		r.drain(false)
 		err := errors.Join(r.err, r.finish(end))
 		sc := r.sc
-		r.mu.Unlock()
 		if done == nil {
 			return
 		}

@@ -314,3 +314,106 @@ func TestRecoverGivesAnOrphanWAVASidecar(t *testing.T) {
 		t.Errorf("second recovery: %v %q", err, acts)
 	}
 }
+
+// Recordings running at once share the taps' log: each file carries its
+// own call's audio on its own sides, and a packet tapped for a recording
+// after it stopped (the relay was mid-packet as the tap came off) never
+// reaches the recording that took its slot in the writer's table.
+func TestRecordingsShareTheLogAndKeepTheirOwnAudio(t *testing.T) {
+	s := newStore(t)
+	r1, r2 := newRelay(t), newRelay(t)
+	start := time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC) // 21 Nov in UTC-5
+	begin := func(id string, r *relay) *Recorder {
+		rec, err := s.Start(Sidecar{ID: id, Tenant: "acme", Start: start}, Legs{Caller: r.caller, Callee: r.callee, PayloadType: rtpcore.PayloadPCMA}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	// call is a relay and the levels its caller and callee send.
+	type call struct {
+		r      *relay
+		l, rgt int16
+	}
+	talk := func(packets int, calls ...call) {
+		var want []uint64
+		for _, c := range calls {
+			want = append(want, c.r.caller.Stats().PacketsIn+uint64(packets), c.r.callee.Stats().PacketsIn+uint64(packets))
+		}
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; n < packets; n++ {
+			<-tick.C
+			for _, c := range calls {
+				if _, err := c.r.a.WriteToUDPAddrPort(rtpPacket(n, 11, c.l), c.r.caller.LocalAddr()); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.r.b.WriteToUDPAddrPort(rtpPacket(n, 22, c.rgt), c.r.callee.LocalAddr()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for i, c := range calls {
+			for c.r.caller.Stats().PacketsIn < want[2*i] || c.r.callee.Stats().PacketsIn < want[2*i+1] {
+				if time.Now().After(deadline) {
+					t.Fatal("the relay did not receive every packet")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	stop := func(rec *Recorder) {
+		done := make(chan error, 1)
+		rec.Stop(Sidecar{}, time.Now(), func(_ *Sidecar, err error) { done <- err })
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	id1, id2, id3 := "20261122T020000.000Z-aaaa0001", "20261122T020000.000Z-aaaa0002", "20261122T020000.000Z-aaaa0003"
+	rec1, rec2 := begin(id1, r1), begin(id2, r2)
+	talk(25, call{r1, 1000, -2000}, call{r2, 3000, -4000})
+	stop(rec1)
+	// The relay was mid-packet on rec1's tap as it came off.
+	stale := rtpPacket(30, 11, 5000)
+	h, err := rtpcore.ParseHeader(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec3 := begin(id3, r1)
+	if rec3.slot != rec1.slot {
+		t.Fatalf("the third recording took slot %d, not the stopped one's %d: the test shows nothing", rec3.slot, rec1.slot)
+	}
+	rec1.taps[Left].TapRTP(&rtpcore.Packet{Dir: rtpcore.In, Header: h, Raw: stale, At: time.Now()})
+	talk(25, call{r1, 1000, -2000}, call{r2, 3000, -4000})
+	stop(rec2)
+	stop(rec3)
+	s.Wait()
+	dir := filepath.Join(s.root, "2026", "11", "21")
+	for _, c := range []struct {
+		id           string
+		l, rgt, want int
+	}{{id1, 1000, -2000, 25 * 160}, {id2, 3000, -4000, 50 * 160}, {id3, 1000, -2000, 25 * 160}} {
+		w := readStereoWAV(t, filepath.Join(dir, c.id+".wav"))
+		var lOK, rOK, other int
+		for i := range w.left {
+			switch w.left[i] {
+			case level(int16(c.l)):
+				lOK++
+			case 0:
+			default:
+				other++
+			}
+			switch w.right[i] {
+			case level(int16(c.rgt)):
+				rOK++
+			case 0:
+			default:
+				other++
+			}
+		}
+		if lOK != c.want || rOK != c.want || other != 0 {
+			t.Errorf("%s: left carries %d caller samples, right %d callee samples (want %d each), %d samples of anything else", c.id, lOK, rOK, c.want, other)
+		}
+	}
+}

@@ -9,23 +9,27 @@ import (
 	"pbx/rtpcore"
 )
 
-// tapBuffer collects what one party sends, for the writer loop: the relay
-// appends each packet under a short lock, without allocating once the
-// buffers have grown to their working size and without waking anyone;
-// the writer swaps the buffer for its spare every DrainEvery. Past max
-// packets waiting, packets are dropped and counted rather than holding up
-// the relay.
-type tapBuffer struct {
-	mu      sync.Mutex
-	cur     batch
-	max     int
-	dropped atomic.Uint64
+// tapLog collects what every recording's parties send, for the writer
+// loop, in one run of memory: the relay appends each packet after the
+// last under a short lock, without allocating once the buffer has grown
+// to its working size and without waking anyone; the writer swaps the
+// buffer for its spare every tick and hands each packet to its
+// recording. One log, not one buffer a party, because the relay then
+// writes memory it wrote a moment ago, one cache line after another,
+// where a buffer of each party's would have it write hundreds of lines
+// scattered over megabytes that the writer last read on another core:
+// those misses, not the copying, were most of what the tap cost the
+// relay (BenchmarkRecordedRelay).
+type tapLog struct {
+	mu  sync.Mutex
+	cur batch
+	gen uint32 // swaps so far; a tap counts its packets afresh in each
 }
 
 // batch is a run of packets, one record after another in data: a
 // recordHeader (payload length, payload type, RTP timestamp and SSRC,
-// arrival in Unix nanoseconds) and then the payload, so that the relay
-// writes one run of memory a packet.
+// arrival in Unix nanoseconds, which recording and side) and then the
+// payload, so that the relay writes one run of memory a packet.
 type batch struct {
 	n    int // packets
 	data []byte
@@ -33,62 +37,117 @@ type batch struct {
 
 // Layout of a record's header in a batch (little-endian).
 const (
-	recLen  = 0  // uint16 payload length
-	recPT   = 2  // uint8 payload type
-	recTS   = 3  // uint32 RTP timestamp
-	recSSRC = 7  // uint32 SSRC
-	recAt   = 11 // int64 arrival, Unix nanoseconds
+	recLen    = 0  // uint16 payload length
+	recPT     = 2  // uint8 payload type
+	recTS     = 3  // uint32 RTP timestamp
+	recSSRC   = 7  // uint32 SSRC
+	recAt     = 11 // int64 arrival, Unix nanoseconds
+	recSlot   = 19 // uint32 the recording's slot in the store's table, times 2, plus the side
+	recSerial = 23 // uint32 the recording's serial number (a slot is reused)
+	recSlice  = 27 // uint8 the writer loop's slice that serves the recording
 
-	recordHeader = 19
+	recordHeader = 28
 )
 
-// TapRTP keeps what the party sent (In), never what the PBX sends or plays
-// to it.
+// tapBuffer is one party's tap: it appends what the party sent (In),
+// never what the PBX sends or plays to it, to the log, marked with its
+// recording and side. Past max packets in the log since the writer last
+// took it, packets are dropped and counted rather than holding up the
+// relay or growing without bound.
+type tapBuffer struct {
+	log    *tapLog
+	slot   uint32 // slot*2 + side
+	serial uint32
+	slice  uint8
+	max    int
+
+	gen     uint32 // the log's generation n counts in; guarded by log.mu
+	n       int    // packets appended in generation gen; guarded by log.mu
+	dropped atomic.Uint64
+}
+
+// TapRTP appends the packet to the log when the party sent it.
 func (b *tapBuffer) TapRTP(p *rtpcore.Packet) {
 	if p.Dir != rtpcore.In || p.Injected {
 		return
 	}
 	pl := p.Payload()
 	at := p.At.UnixNano()
-	b.mu.Lock()
-	if b.cur.n >= b.max || len(pl) > 0xFFFF {
-		b.mu.Unlock()
+	l := b.log
+	l.mu.Lock()
+	if b.gen != l.gen {
+		b.gen, b.n = l.gen, 0
+	}
+	if b.n >= b.max || len(pl) > 0xFFFF {
+		l.mu.Unlock()
 		b.dropped.Add(1)
 		return
 	}
-	b.cur.n++
-	k := len(b.cur.data)
-	d := slices.Grow(b.cur.data, recordHeader+len(pl))[:k+recordHeader+len(pl)]
+	b.n++
+	l.cur.n++
+	k := len(l.cur.data)
+	d := slices.Grow(l.cur.data, recordHeader+len(pl))[:k+recordHeader+len(pl)]
 	h := d[k : k+recordHeader]
 	binary.LittleEndian.PutUint16(h[recLen:], uint16(len(pl)))
 	h[recPT] = p.Header.PayloadType
 	binary.LittleEndian.PutUint32(h[recTS:], p.Header.Timestamp)
 	binary.LittleEndian.PutUint32(h[recSSRC:], p.Header.SSRC)
 	binary.LittleEndian.PutUint64(h[recAt:], uint64(at))
+	binary.LittleEndian.PutUint32(h[recSlot:], b.slot)
+	binary.LittleEndian.PutUint32(h[recSerial:], b.serial)
+	h[recSlice] = b.slice
 	copy(d[k+recordHeader:], pl)
-	b.cur.data = d
-	b.mu.Unlock()
+	l.cur.data = d
+	l.mu.Unlock()
 }
 
 // swap returns the packets collected so far and collects into spare's
 // storage from now on.
-func (b *tapBuffer) swap(spare batch) batch {
+func (l *tapLog) swap(spare batch) batch {
 	spare.n, spare.data = 0, spare.data[:0]
-	b.mu.Lock()
-	out := b.cur
-	b.cur = spare
-	b.mu.Unlock()
+	l.mu.Lock()
+	out := l.cur
+	l.cur = spare
+	l.gen++
+	l.mu.Unlock()
 	return out
 }
 
-// nextRecord returns the first packet of d, a batch's data (its header,
-// payload and arrival in Unix nanoseconds), and the rest of d; ok is
-// false when d holds no more.
-func nextRecord(d []byte) (h rtpcore.Header, payload []byte, at int64, rest []byte, ok bool) {
-	if len(d) < recordHeader {
-		return h, nil, 0, nil, false
+// record is one packet's record at the start of a batch's data (and
+// whatever follows it); its methods read the fields in place.
+type record []byte
+
+// next returns the record's length, header and payload, or 0 when r holds
+// no whole record.
+func (r record) next() int {
+	if len(r) < recordHeader {
+		return 0
 	}
-	n := recordHeader + int(binary.LittleEndian.Uint16(d[recLen:]))
-	h = rtpcore.Header{PayloadType: d[recPT], Timestamp: binary.LittleEndian.Uint32(d[recTS:]), SSRC: binary.LittleEndian.Uint32(d[recSSRC:])}
-	return h, d[recordHeader:n], int64(binary.LittleEndian.Uint64(d[recAt:])), d[n:], true
+	n := recordHeader + int(binary.LittleEndian.Uint16(r[recLen:]))
+	if n > len(r) {
+		return 0
+	}
+	return n
 }
+
+// header is the packet's RTP header as the mixer needs it.
+func (r record) header() rtpcore.Header {
+	return rtpcore.Header{PayloadType: r[recPT], Timestamp: binary.LittleEndian.Uint32(r[recTS:]), SSRC: binary.LittleEndian.Uint32(r[recSSRC:])}
+}
+
+// payload is the packet's payload.
+func (r record) payload() []byte {
+	return r[recordHeader : recordHeader+int(binary.LittleEndian.Uint16(r[recLen:]))]
+}
+
+// at is the packet's arrival, Unix nanoseconds.
+func (r record) at() int64 { return int64(binary.LittleEndian.Uint64(r[recAt:])) }
+
+// slot is the recording's slot times 2 plus the side.
+func (r record) slot() uint32 { return binary.LittleEndian.Uint32(r[recSlot:]) }
+
+// serial is the recording's serial number.
+func (r record) serial() uint32 { return binary.LittleEndian.Uint32(r[recSerial:]) }
+
+// slice is the writer loop's slice serving the recording.
+func (r record) slice() int { return int(r[recSlice]) }

@@ -8,67 +8,92 @@ import (
 	"pbx/rtpcore"
 )
 
-// The tap hands the writer every packet the party sent, in order, with
-// its payload, header fields and arrival intact, whatever the payload's
-// size; it ignores what the PBX sends or plays, drops (and counts) past
-// its bound, and after a swap collects afresh into the spare's storage.
-func TestTapBufferKeepsPacketsInOrderAndBounded(t *testing.T) {
-	b := &tapBuffer{max: 4}
+// The taps hand the writer every packet their party sent, in order
+// across taps, with its payload, header fields, arrival and recording
+// intact, whatever the payload's size; they ignore what the PBX sends or
+// plays, drop (and count) past each tap's bound until the writer takes
+// the log, and after a swap the log collects afresh into the spare's
+// storage.
+func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
+	var log tapLog
+	a := &tapBuffer{log: &log, slot: 7<<1 | 1, serial: 42, slice: 5, max: 4}
+	other := &tapBuffer{log: &log, slot: 3 << 1, serial: 9, slice: 0, max: 4}
 	type sent struct {
-		h       rtpcore.Header
-		payload []byte
-		at      time.Time
+		h                   rtpcore.Header
+		payload             []byte
+		at                  int64
+		slot, serial, slice int
 	}
 	var want []sent
-	tap := func(dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
+	tap := func(b *tapBuffer, dir rtpcore.Direction, injected bool, pt uint8, ts, ssrc uint32, payload []byte, at time.Time) {
 		raw := rtpcore.AppendHeader(nil, false, pt, 7, ts, ssrc)
 		raw = append(raw, payload...)
 		h, err := rtpcore.ParseHeader(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
+		kept := 0
+		for _, w := range want {
+			if w.slot == int(b.slot) {
+				kept++
+			}
+		}
 		b.TapRTP(&rtpcore.Packet{Dir: dir, Header: h, Raw: raw, At: at, Injected: injected})
-		if dir == rtpcore.In && !injected && len(want) < b.max {
-			want = append(want, sent{rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload, at})
+		if dir == rtpcore.In && !injected && kept < b.max {
+			want = append(want, sent{h: rtpcore.Header{PayloadType: pt, Timestamp: ts, SSRC: ssrc}, payload: payload, at: at.UnixNano(),
+				slot: int(b.slot), serial: int(b.serial), slice: int(b.slice)})
 		}
 	}
 	at := time.Date(2026, 11, 23, 23, 30, 0, 123456789, time.UTC)
-	tap(rtpcore.In, false, rtpcore.PayloadPCMA, 160, 0xdeadbeef, bytes.Repeat([]byte{0xd5}, 160), at)
-	tap(rtpcore.Out, false, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{1}, 160), at)
-	tap(rtpcore.In, true, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{2}, 160), at)
-	tap(rtpcore.In, false, 101, 0xFFFFFFFF, 0xdeadbeef, []byte{1, 0x80, 0, 160}, at.Add(20*time.Millisecond))
-	tap(rtpcore.In, false, rtpcore.PayloadPCMU, 480, 9, nil, at.Add(40*time.Millisecond))
-	tap(rtpcore.In, false, rtpcore.PayloadPCMU, 640, 9, bytes.Repeat([]byte{0x7f}, 1200), at.Add(-time.Second))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMA, 160, 0xdeadbeef, bytes.Repeat([]byte{0xd5}, 160), at)
+	tap(a, rtpcore.Out, false, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{1}, 160), at)
+	tap(other, rtpcore.In, false, rtpcore.PayloadPCMU, 1, 2, []byte{3, 4}, at)
+	tap(a, rtpcore.In, true, rtpcore.PayloadPCMA, 320, 1, bytes.Repeat([]byte{2}, 160), at)
+	tap(a, rtpcore.In, false, 101, 0xFFFFFFFF, 0xdeadbeef, []byte{1, 0x80, 0, 160}, at.Add(20*time.Millisecond))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 480, 9, nil, at.Add(40*time.Millisecond))
+	tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 640, 9, bytes.Repeat([]byte{0x7f}, 1200), at.Add(-time.Second))
 	for range 3 {
-		tap(rtpcore.In, false, rtpcore.PayloadPCMU, 800, 9, []byte{1, 2, 3}, at) // beyond the bound
+		tap(a, rtpcore.In, false, rtpcore.PayloadPCMU, 800, 9, []byte{1, 2, 3}, at) // beyond the bound
 	}
-	if b.dropped.Load() != 3 {
-		t.Errorf("dropped %d, want 3", b.dropped.Load())
+	tap(other, rtpcore.In, false, rtpcore.PayloadPCMU, 161, 2, []byte{5}, at) // its own bound is not reached
+	if a.dropped.Load() != 3 || other.dropped.Load() != 0 {
+		t.Errorf("dropped %d and %d, want 3 and 0", a.dropped.Load(), other.dropped.Load())
 	}
-	got := b.swap(batch{data: make([]byte, 0, 64)})
-	if got.n != 4 {
-		t.Errorf("%d packets, want 4", got.n)
+	got := log.swap(batch{data: make([]byte, 0, 256)})
+	if got.n != 6 {
+		t.Errorf("%d packets, want 6", got.n)
 	}
 	i := 0
-	for d := got.data; ; i++ {
-		h, payload, ns, rest, ok := nextRecord(d)
-		if !ok {
+	for d := record(got.data); ; i++ {
+		n := d.next()
+		if n == 0 {
+			if len(d) != 0 {
+				t.Errorf("%d bytes left over", len(d))
+			}
 			break
 		}
 		if i >= len(want) {
 			t.Fatalf("packet %d beyond the %d sent", i, len(want))
 		}
 		w := want[i]
-		if h != w.h || !bytes.Equal(payload, w.payload) || ns != w.at.UnixNano() {
-			t.Errorf("packet %d: %+v %d bytes at %d, want %+v %d bytes at %d", i, h, len(payload), ns, w.h, len(w.payload), w.at.UnixNano())
+		if d.header() != w.h || !bytes.Equal(d.payload(), w.payload) || d.at() != w.at || int(d.slot()) != w.slot ||
+			int(d.serial()) != w.serial || d.slice() != w.slice || n != recordHeader+len(w.payload) {
+			t.Errorf("packet %d: %+v %d bytes at %d of %d/%d in slice %d, want %+v %d bytes at %d of %d/%d in slice %d",
+				i, d.header(), len(d.payload()), d.at(), d.slot(), d.serial(), d.slice(), w.h, len(w.payload), w.at, w.slot, w.serial, w.slice)
 		}
-		d = rest
+		d = d[n:]
 	}
 	if i != len(want) {
 		t.Errorf("%d packets, want %d", i, len(want))
 	}
-	tap(rtpcore.In, false, rtpcore.PayloadPCMA, 960, 3, []byte{9}, at)
-	if again := b.swap(batch{}); again.n != 1 || len(again.data) != recordHeader+1 || cap(again.data) != 64 {
-		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d, want 1, %d, the spare's 64", again.n, len(again.data), cap(again.data), recordHeader+1)
+	// A swap starts each tap's count afresh, in the spare's storage.
+	for range 4 {
+		tap(a, rtpcore.In, false, rtpcore.PayloadPCMA, 960, 3, []byte{9}, at)
+	}
+	if again := log.swap(batch{}); again.n != 4 || len(again.data) != 4*(recordHeader+1) || cap(again.data) != 256 {
+		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d, want 4, %d, the spare's 256", again.n, len(again.data), cap(again.data), 4*(recordHeader+1))
+	}
+	if a.dropped.Load() != 3 {
+		t.Errorf("dropped %d after a swap, want still 3", a.dropped.Load())
 	}
 }
