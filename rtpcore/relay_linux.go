@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -15,60 +14,56 @@ import (
 )
 
 // On Linux the relay is a few workers, each with its own epoll set
-// holding the sockets of the legs given to it. A worker parks in the Go
-// runtime's poller on its epoll descriptor alone; once woken it reads
-// every ready socket, one datagram each (a leg's socket holds one packet
-// per 20 ms), relays them, and asks the set again without blocking until a
-// pass finds nothing. Thousands of sockets thus cost a few goroutines and
-// one wake-up per batch rather than one per packet, and the worker gives
-// its P back while it waits, as any goroutine does. A batch takes the
-// worker's lock once and the time once.
+// holding the sockets of the legs given to it, and a thread of its own
+// (runtime.LockOSThread) that waits in epoll_wait on that set as a raw
+// system call, bounded by relayWait. Once woken it reads every ready
+// socket, one datagram each (a leg's socket holds one packet per 20 ms),
+// and relays them. Thousands of sockets thus cost a few threads and one
+// wake-up per batch rather than one per packet, and a packet wakes its
+// relay thread straight from the kernel: no hand-off through the
+// runtime's network poller, no futex wake of another thread, no goroutine
+// to schedule. A batch takes the worker's lock once and the time once.
 //
-// The calls of the hot path (epoll_wait with no timeout, recvfrom and
-// sendto with MSG_DONTWAIT on non-blocking sockets) never block, so they
-// are made as raw system calls, without telling the scheduler (see
-// rawCall). A call through unix.Syscall enters and leaves the runtime's
-// syscall state, and entering it wakes sysmon whenever the whole process
-// had been idle; sysmon then polls every 20 µs until the process idles
-// again. With packets arriving every few microseconds to milliseconds the
-// process idles and wakes all the time: in a perf profile of
-// BenchmarkRelayProcess sysmon's sleeps alone were 9% of the relay's
-// samples, and making every call raw took the relay from 4.6 to 3.4 µs
-// per packet (500 calls, ABAB; issue 16). With every call raw, though,
-// sysmon slept through the relay's work, and on a loaded host the relay
-// fell behind by hundreds of milliseconds far more often than before
-// (BenchmarkRelayProcess, 500 calls, host load 4 to 13: latency max
-// 0.3-1.5 s in 6 of 9 sets of phases, against 10-150 ms). So once every
-// sysmonKick a worker makes its poll an ordinary call, which wakes sysmon
-// if it sleeps: its own period for polling the network and preempting.
-// Measured in one binary, alternating, at 500 calls and host load 4 to 7:
-// all ordinary 4.1-4.4 µs per packet, a kick every 10 ms 2.8-3.2 with
-// latency max 17-90 ms, every 1 ms 3.1-3.8 (sysmon as busy as with
-// ordinary calls) and all raw 2.7-3.4, latency max 4-195 ms; these sets
-// are noisy, the machine being shared (PBX_RELAY_KICK_US,
-// PBX_RELAY_SCHED_CALLS).
+// A raw system call does not tell the scheduler, so the runtime counts the
+// worker's P as busy for as long as it waits: GOMAXPROCS is raised by the
+// number of workers (reserveProcs) so that the rest of the process keeps
+// the Ps it had, among them the one whose idle thread waits in the
+// runtime's network poller for the SIP sockets. A stop-the-world or a
+// preemption signals the thread, which interrupts epoll_wait (EINTR,
+// never restarted), and the worker stops at its next function call;
+// relayWait bounds a missed signal. The calls of the hot path (recvfrom
+// and sendto with MSG_DONTWAIT on non-blocking sockets) are raw too (see
+// rawCall): entering the runtime's syscall state wakes sysmon whenever the
+// process had been idle.
 //
-// Two ways of waking less often were measured and are not used (issue 16):
-// waiting in epoll_wait on the worker's own thread lowered the relay's CPU
-// per packet, but the runtime counts a P in a system call as busy, so with
-// the other Ps idle no thread polled the network for the rest of the
-// process (its SIP sockets) until sysmon did, up to 10 ms later; and a
-// pause between batches (relayPause, a nanosleep so that the packets of
-// many legs gather) hands the P off on every pause and cost far more than
-// it saved when the phones share the process. relayPause stays for
-// BenchmarkRelayProcess to explore on a quiet machine.
+// History (issue 16, BenchmarkRelayProcess; the machine shared, so ABAB):
+// before, a worker parked in the runtime's poller on its epoll descriptor
+// and, once woken, polled the set without blocking until a pass found
+// nothing, making one poll in every sysmonKick (10 ms) an ordinary system
+// call so that sysmon kept preempting and polling the network (with every
+// call raw, sysmon slept through the relay's work and the relay fell
+// behind by hundreds of milliseconds on a loaded host). Waiting in
+// epoll_wait on the worker's own thread was measured then and rejected
+// because, GOMAXPROCS not raised, the busy-looking P starved the runtime's
+// network poller of the rest of the process until sysmon polled, up to
+// 10 ms later. A pause between batches (a nanosleep so that the packets of
+// many legs gather) handed the P off on every pause and cost far more
+// than it saved. A twin connected socket per leg for sending reordered a
+// burst at latching (TestDTMFTapOnLeg); io_uring sends did not pay.
 
-// sysmonKick is how often a worker makes one of its calls an ordinary
-// system call; zero: never.
-var sysmonKick = 10 * time.Millisecond
+// relayWait bounds a worker's wait in epoll_wait while it has sockets;
+// idleWait while it has none. The wait is a raw system call on the
+// worker's own thread (see the comment at the top of the file), so the
+// bound is how long the worker can hold off a preemption whose signal it
+// missed; the runtime signals again every 100 µs while it stops the world.
+const (
+	relayWait = time.Millisecond
+	idleWait  = 100 * time.Millisecond
+)
 
-// relayPause, when positive, is how long a worker lets packets gather
-// after a batch smaller than pauseBelow. Zero: no pause.
-var relayPause time.Duration
-
-// pauseBelow is the batch size from which a worker does not pause: it is
-// behind, and a pause would only put it further behind.
-const pauseBelow = maxEvents / 4
+// relayNice is the nice value a worker asks for its thread, when
+// permitted (see raisePriority); zero leaves it as it is.
+var relayNice = 0
 
 // engineIO is the engine's relay workers, started with the first leg and
 // stopped by Engine.Close.
@@ -82,8 +77,7 @@ type engineIO struct {
 // worker reads the sockets registered in its epoll set.
 type worker struct {
 	log  *slog.Logger
-	ep   *os.File // the epoll set, non-blocking, in the runtime's poller
-	epfd int
+	epfd int // the epoll set
 	wake int // eventfd in the set, written to stop the worker
 	stop atomic.Bool
 	done chan struct{}
@@ -92,13 +86,13 @@ type worker struct {
 	socks   []*sock // by slot, the epoll event's data; nil when free
 	free    []int32
 	stopped bool
+	live    atomic.Int32 // sockets registered
 
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
 	ready  []*sock // the sockets of events, looked up under mu once per batch
 	buf    []byte
 	from   unix.RawSockaddrAny
-	kicked time.Time // the last ordinary system call, see poll
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -118,10 +112,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return nil, fmt.Errorf("epoll: %w", err)
-	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(epfd)
@@ -135,7 +125,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	}
 	return &worker{
 		log:    log,
-		ep:     os.NewFile(uintptr(epfd), "epoll"),
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
@@ -148,44 +137,36 @@ func newWorker(log *slog.Logger) (*worker, error) {
 // close releases the worker's descriptors once it has stopped.
 func (w *worker) close() {
 	unix.Close(w.wake)
-	w.ep.Close()
+	unix.Close(w.epfd)
 }
 
-// run serves the epoll set until the worker is stopped. It waits in the
-// runtime's poller for the set to become readable, then takes ready
-// sockets without blocking until there are none (see the comment at the
-// top of the file). Sockets are level-triggered: one with more datagrams
-// queued is reported again by the next round, so a busy socket cannot
-// starve the others.
+// run serves the epoll set until the worker is stopped, on a thread of
+// its own that waits in epoll_wait (see the comment at the top of the
+// file). Sockets are level-triggered: one with more datagrams queued is
+// reported again by the next wait, so a busy socket cannot starve the
+// others.
 func (w *worker) run() {
 	defer close(w.done)
-	pause := unix.NsecToTimespec(int64(relayPause))
-	rc, err := w.ep.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			for {
-				now := time.Now()
-				n, err := w.poll(int(fd), now)
-				switch {
-				case err == unix.EINTR:
-					continue
-				case err != nil:
-					w.log.Error("rtp relay stopped", "err", err)
-					return true
-				case n == 0:
-					return false // park until the set is readable
-				}
-				if w.serve(w.events[:n], now) {
-					return true
-				}
-				if relayPause > 0 && n < pauseBelow {
-					_ = unix.Nanosleep(&pause, nil)
-				}
-			}
-		})
-	}
-	if err != nil && !w.stop.Load() {
-		w.log.Error("rtp relay stopped", "err", err)
+	// Never unlocked: the thread ends with the worker, and its priority
+	// with it.
+	runtime.LockOSThread()
+	raisePriority(w.log, relayNice)
+	for {
+		wait := relayWait
+		if w.live.Load() == 0 {
+			wait = idleWait
+		}
+		n, err := epollWait(w.epfd, w.events, wait)
+		switch {
+		case err == unix.EINTR || n == 0:
+			continue
+		case err != nil:
+			w.log.Error("rtp relay stopped", "err", err)
+			return
+		}
+		if w.serve(w.events[:n], time.Now()) {
+			return
+		}
 	}
 }
 
@@ -250,6 +231,7 @@ func (w *worker) add(s *sock) error {
 	w.socks[slot] = s
 	s.slot = slot
 	s.reg = true
+	w.live.Add(1)
 	return nil
 }
 
@@ -265,6 +247,7 @@ func (w *worker) remove(s *sock) {
 	w.socks[s.slot] = nil
 	w.free = append(w.free, s.slot)
 	s.reg = false
+	w.live.Add(-1)
 }
 
 // halt stops the worker, waits for it and closes its descriptors.
@@ -288,7 +271,7 @@ func (e *Engine) worker() (*worker, error) {
 		return nil, ErrClosed
 	}
 	if e.io.workers == nil {
-		n := workersFor(runtime.GOMAXPROCS(0))
+		n := workersFor(procsBefore())
 		ws := make([]*worker, 0, n)
 		for range n {
 			w, err := newWorker(e.log)
@@ -300,6 +283,7 @@ func (e *Engine) worker() (*worker, error) {
 			}
 			ws = append(ws, w)
 		}
+		reserveProcs(n)
 		for _, w := range ws {
 			go w.run()
 		}
@@ -319,6 +303,60 @@ func (e *Engine) stopIO() {
 	e.io.mu.Unlock()
 	for _, w := range ws {
 		w.halt()
+	}
+	if ws != nil {
+		reserveProcs(-len(ws))
+	}
+}
+
+// reserved counts the Ps held by the relay workers of every engine in the
+// process: each worker keeps one busy all its life (it waits in a raw
+// system call), so GOMAXPROCS is raised by their number for the rest of
+// the process to keep the Ps it had, among them the one that waits in the
+// runtime's network poller.
+var reserved struct {
+	sync.Mutex
+	n    int // workers running
+	base int // GOMAXPROCS before the first of them, while n > 0
+}
+
+// procsBefore is GOMAXPROCS without the Ps the workers hold.
+func procsBefore() int {
+	reserved.Lock()
+	defer reserved.Unlock()
+	if reserved.n > 0 {
+		return reserved.base
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// reserveProcs adds n workers (n < 0: removes them) to GOMAXPROCS.
+func reserveProcs(n int) {
+	reserved.Lock()
+	defer reserved.Unlock()
+	if reserved.n == 0 {
+		reserved.base = runtime.GOMAXPROCS(0)
+	}
+	reserved.n += n
+	runtime.GOMAXPROCS(reserved.base + reserved.n)
+}
+
+// raisePriority gives the calling thread the nice value nice when it is
+// below the thread's own and the process may lower it (root, or
+// RLIMIT_NICE); otherwise it leaves the thread as it is. A relay thread
+// that other threads of the machine take turns with falls behind by whole
+// scheduler periods, which the phones hear as jitter.
+func raisePriority(log *slog.Logger, nice int) {
+	if nice == 0 {
+		return
+	}
+	tid := unix.Gettid()
+	cur, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil || 20-cur <= nice { // the kernel returns 20 - nice
+		return
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+		log.Debug("rtp relay: thread priority unchanged", "nice", nice, "err", err)
 	}
 }
 
@@ -389,22 +427,11 @@ func (l *Leg) stopIO() {
 	l.sess.e.pool.release(int(l.local.Port()))
 }
 
-// poll takes the ready events of the worker's set without waiting. Every
-// sysmonKick it does so as an ordinary system call, which wakes sysmon if
-// it is asleep (see the comment at the top of the file); otherwise as a
-// raw one.
-func (w *worker) poll(epfd int, now time.Time) (int, error) {
-	if sysmonKick > 0 && now.Sub(w.kicked) >= sysmonKick {
-		w.kicked = now
-		return unix.EpollWait(epfd, w.events, 0)
-	}
-	return epollPoll(epfd, w.events)
-}
-
-// epollPoll takes the ready events of the set without waiting, as a raw
-// call (see the comment at the top of the file).
-func epollPoll(epfd int, events []unix.EpollEvent) (int, error) {
-	n, _, e := rawCall(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+// epollWait takes the ready events of the set, waiting at most wait, as a
+// raw system call: the worker's thread is its own and its P is reserved
+// for it (see reserveProcs), so nothing else waits for it to return.
+func epollWait(epfd int, events []unix.EpollEvent, wait time.Duration) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(wait.Milliseconds()), 0, 0)
 	if e != 0 {
 		return 0, e
 	}

@@ -65,20 +65,17 @@ func TestMain(m *testing.M) {
 // Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
-// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PAUSE_US sets the
-// workers' pause between batches (see relayPause); PBX_BENCH_RAW_SOCKETS
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_NICE sets the workers'
+// thread priority (see relayNice); PBX_BENCH_RAW_SOCKETS
 // opens that many raw UDP sockets on the phones' address, as SIPp's
 // play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
 // makes the relay's non-blocking calls ordinary system calls again (see
-// rawCall) and PBX_RELAY_KICK_US sets sysmonKick (0: every call raw).
+// rawCall).
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
-	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
-		relayPause = time.Duration(us) * time.Microsecond // to explore the trade-off
-	}
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
-	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_KICK_US")); err == nil && us >= 0 {
-		sysmonKick = time.Duration(us) * time.Microsecond
+	if n, err := strconv.Atoi(os.Getenv("PBX_RELAY_NICE")); err == nil {
+		relayNice = n
 	}
 	for _, c := range []struct {
 		calls, secs, rounds int
