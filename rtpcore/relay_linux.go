@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -31,35 +32,26 @@ import (
 // runtime's network poller for the SIP sockets. A stop-the-world or a
 // preemption signals the thread, which interrupts epoll_wait (EINTR,
 // never restarted), and the worker stops at its next function call;
-// relayWait bounds a missed signal. The calls of the hot path (recvfrom
-// and sendto with MSG_DONTWAIT on non-blocking sockets) are raw too (see
-// rawCall): entering the runtime's syscall state wakes sysmon whenever the
-// process had been idle.
-//
-// History (issue 16, BenchmarkRelayProcess; the machine shared, so ABAB):
-// before, a worker parked in the runtime's poller on its epoll descriptor
-// and, once woken, polled the set without blocking until a pass found
-// nothing, making one poll in every sysmonKick (10 ms) an ordinary system
-// call so that sysmon kept preempting and polling the network (with every
-// call raw, sysmon slept through the relay's work and the relay fell
-// behind by hundreds of milliseconds on a loaded host). Waiting in
-// epoll_wait on the worker's own thread was measured then and rejected
-// because, GOMAXPROCS not raised, the busy-looking P starved the runtime's
-// network poller of the rest of the process until sysmon polled, up to
-// 10 ms later. A pause between batches (a nanosleep so that the packets of
-// many legs gather) handed the P off on every pause and cost far more
-// than it saved. A twin connected socket per leg for sending reordered a
-// burst at latching (TestDTMFTapOnLeg); io_uring sends did not pay.
+// relayWait bounds a worker's wait in epoll_wait. The wait is a raw
+// system call on the worker's own thread (see the comment at the top of
+// the file); a preemption or a stop-the-world signals the thread, which
+// cuts the wait short, and the runtime signals again every 100 µs until
+// it stops, so relayWait is only the backstop for a signal that arrived
+// just before the wait began.
+const relayWait = 10 * time.Millisecond
 
-// relayWait bounds a worker's wait in epoll_wait while it has sockets;
-// idleWait while it has none. The wait is a raw system call on the
-// worker's own thread (see the comment at the top of the file), so the
-// bound is how long the worker can hold off a preemption whose signal it
-// missed; the runtime signals again every 100 µs while it stops the world.
-const (
-	relayWait = time.Millisecond
-	idleWait  = 100 * time.Millisecond
-)
+// idleAfter is how long a worker that relays nothing keeps its thread
+// waiting before it parks in the runtime's poller (see park).
+const idleAfter = time.Second
+
+// relayPause, when positive, is how long a worker lets packets gather
+// after a batch smaller than pauseBelow before it waits again: fewer,
+// bigger batches for at most that much added latency. Zero: no pause.
+var relayPause time.Duration
+
+// pauseBelow is the batch size from which a worker does not pause: it is
+// behind, and a pause would only put it further behind.
+const pauseBelow = maxEvents / 4
 
 // relayNice is the nice value a worker asks for its thread, when
 // permitted (see raisePriority); zero leaves it as it is.
@@ -112,6 +104,12 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
+	// Non-blocking for the runtime's poller to watch it (see park);
+	// epoll_wait heeds its timeout alone.
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(epfd)
@@ -151,23 +149,65 @@ func (w *worker) run() {
 	// with it.
 	runtime.LockOSThread()
 	raisePriority(w.log, relayNice)
+	busy := time.Now() // the last batch
 	for {
-		wait := relayWait
-		if w.live.Load() == 0 {
-			wait = idleWait
-		}
-		n, err := epollWait(w.epfd, w.events, wait)
+		n, err := epollWait(w.epfd, w.events, relayWait)
 		switch {
-		case err == unix.EINTR || n == 0:
+		case err == unix.EINTR:
 			continue
 		case err != nil:
 			w.log.Error("rtp relay stopped", "err", err)
 			return
+		case n == 0:
+			if time.Since(busy) >= idleAfter {
+				if err := w.park(); err != nil {
+					w.log.Error("rtp relay stopped", "err", err)
+					return
+				}
+			}
+			continue
 		}
-		if w.serve(w.events[:n], time.Now()) {
+		busy = time.Now()
+		if w.serve(w.events[:n], busy) {
 			return
 		}
+		if relayPause > 0 && n < pauseBelow {
+			pause(relayPause)
+		}
 	}
+}
+
+// park waits in the runtime's poller until the set has a ready socket (or
+// the worker's eventfd), giving the worker's thread and P back meanwhile:
+// an idle worker then costs nothing, where waiting on its thread costs a
+// wake-up every relayWait and sysmon's preemption of the busy-looking
+// goroutine every 10 ms. The poller watches a duplicate of the set's
+// descriptor, closed once the set is ready, so that it is not told of
+// the set's every batch while the worker relays.
+func (w *worker) park() error {
+	fd, err := unix.FcntlInt(uintptr(w.epfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("epoll dup: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "epoll")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
+	}
+	// Level-triggered events stay in the set once reported: peeking at
+	// one leaves it for the next wait.
+	return rc.Read(func(uintptr) bool {
+		n, err := epollWait(w.epfd, w.events[:1], 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	})
+}
+
+// pause sleeps d on the worker's thread, as a raw system call (see
+// epollWait); a signal cuts it short.
+func pause(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // serve reads one datagram from each ready socket and relays it. It

@@ -66,7 +66,8 @@ func TestMain(m *testing.M) {
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
 // PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_NICE sets the workers'
-// thread priority (see relayNice); PBX_BENCH_RAW_SOCKETS
+// thread priority (see relayNice), PBX_RELAY_PAUSE_US their pause after
+// a small batch (see relayPause); PBX_BENCH_RAW_SOCKETS
 // opens that many raw UDP sockets on the phones' address, as SIPp's
 // play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
 // makes the relay's non-blocking calls ordinary system calls again (see
@@ -74,6 +75,9 @@ func TestMain(m *testing.M) {
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
+		relayPause = time.Duration(us) * time.Microsecond
+	}
 	if n, err := strconv.Atoi(os.Getenv("PBX_RELAY_NICE")); err == nil {
 		relayNice = n
 	}
@@ -490,4 +494,39 @@ func procRxTimestamp(oob []byte) (int64, bool) {
 		oob = oob[min(unix.CmsgSpace(int(h.Len)-unix.SizeofCmsghdr), len(oob)):]
 	}
 	return 0, false
+}
+
+// BenchmarkRelayIdle is the CPU an engine costs while its legs relay
+// nothing (calls up, no media yet): its workers park in the runtime's
+// poller after idleAfter instead of waking on their threads. It measures
+// the whole test process over 2 s after the workers went idle.
+func BenchmarkRelayIdle(b *testing.B) {
+	var perSec float64
+	for b.Loop() {
+		e, err := New(Options{BindIP: procRelayIP, PortMin: 40000, PortMax: 40100, Quarantine: -1}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 10 {
+			s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			l0, err0 := s.NewLeg("a")
+			l1, err1 := s.NewLeg("b")
+			if err := errors.Join(err0, err1); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Bridge(l0, l1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(idleAfter + 500*time.Millisecond) // the workers park
+		const span = 2 * time.Second
+		cpu0 := cpuTime()
+		time.Sleep(span)
+		perSec = float64(cpuTime()-cpu0) / float64(time.Millisecond) / span.Seconds()
+		e.Close()
+	}
+	b.ReportMetric(perSec, "cpu-ms/s")
 }
