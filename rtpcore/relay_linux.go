@@ -32,6 +32,64 @@ import (
 // runtime's network poller for the SIP sockets. A stop-the-world or a
 // preemption signals the thread, which interrupts epoll_wait (EINTR,
 // never restarted), and the worker stops at its next function call;
+// relayWait bounds a missed signal. The calls of the hot path (recvfrom
+// and sendto with MSG_DONTWAIT on non-blocking sockets) are raw too (see
+// rawCall).
+//
+// An idle worker (nothing relayed for idleAfter) parks in the runtime's
+// poller instead (see park), so that a PBX without media costs what it
+// did: waiting on its thread cost a wake-up per relayWait and sysmon's
+// preemption of the busy-looking goroutine every 10 ms, 16 to 47 ms of CPU
+// per 3 s idle against 0.65 ms (BenchmarkRelayIdle guards it).
+//
+// Measured (issue 16, BenchmarkRelayProcess at 1,000 calls, the machine
+// shared with other benchmarks, so ABAB and every phase listed; A: the
+// poller design described below, B: this one). CPU per packet in the
+// quietest sets A 3.20 2.73 2.98 2.91, B 2.45 2.53 2.71 2.74 (-12%); over
+// all sets, loaded ones included, A 2.9-4.4 and B 2.5-3.7, context
+// switches per packet A 0.04-0.27, B 0.03-0.12. The side probe
+// (PBX_BENCH_SIDE=1: a UDP round trip through the runtime's poller every
+// millisecond, standing for the SIP sockets) had a p99 of 845-1020 µs
+// with A and 158-603 µs with B: raising GOMAXPROCS keeps the poller
+// served, and the poller is no longer woken for the relay's batches. The
+// GC's stop-the-world p99 was 3-117 ms with A and 0.5-84 ms with B, both
+// set by how long the host took to run the threads to be stopped. The
+// relay's own jitter p99 (every stream a probe) was 0.85-50 ms with A and
+// 1.0-50 ms with B: on this 2-core host it depends on the other programs
+// far more than on the relay, and both designs fall behind by seconds at
+// 2,000 calls whenever the host is busy (the phones alone take over a
+// core), B less often (loss A 54%, 33%; B 24%, 0%, 0%, 36%). perf
+// record -g of the relaying process: sendto 40% (A) and 46% (B) of its
+// samples (the loopback delivery to the phone and its wake-up included),
+// recvfrom 23% and 18%, epoll_wait 18% (the runtime's netpoll half of it)
+// and 13%, Go code and runtime the rest; B took 28% fewer samples for the
+// same packets.
+//
+// Measured and left off (knobs of BenchmarkRelayProcess): a nice of -10
+// on the worker's thread (relayNice, PBX_RELAY_NICE) cut the relay's
+// latency p99 in quiet sets (1.2 ms against 6.8-50) but raised its CPU per
+// packet by about 10% (smaller batches: 0.2-0.46 switches per packet),
+// and it does not survive a preemption, after which the goroutine resumes
+// through a thread of ordinary priority; a pause of 200 µs after a small
+// batch (relayPause) and two workers on two cores (relayWorkers) changed
+// nothing measurable here.
+//
+// History: before, a worker parked in the runtime's poller on its epoll
+// descriptor and, once woken, polled the set without blocking until a
+// pass found nothing, making one poll in every 10 ms an ordinary system
+// call so that sysmon kept preempting and polling the network (entering
+// the runtime's syscall state wakes sysmon whenever the process had been
+// idle, and sysmon then polls every 20 µs, 9% of the relay's samples;
+// with every call raw, sysmon slept through the relay's work and the
+// relay fell behind by hundreds of milliseconds on a loaded host).
+// Waiting in epoll_wait on the worker's own thread was measured then and
+// rejected because, GOMAXPROCS not raised, the busy-looking P starved the
+// runtime's network poller of the rest of the process until sysmon
+// polled, up to 10 ms later. A pause between batches handed the P off on
+// every pause and cost far more than it saved. A twin connected socket
+// per leg for sending reordered a burst at latching (TestDTMFTapOnLeg);
+// io_uring sends did not pay.
+
 // relayWait bounds a worker's wait in epoll_wait. The wait is a raw
 // system call on the worker's own thread (see the comment at the top of
 // the file); a preemption or a stop-the-world signals the thread, which
@@ -97,7 +155,16 @@ const wakeSlot = -1
 // One worker relays a few hundred thousand packets a second; fewer, busier
 // workers drain bigger batches per wake-up and leave Ps to the rest of the
 // process.
-func workersFor(procs int) int { return max(1, procs/2) }
+func workersFor(procs int) int {
+	if relayWorkers > 0 {
+		return relayWorkers
+	}
+	return max(1, procs/2)
+}
+
+// relayWorkers, when positive, replaces workersFor's count
+// (BenchmarkRelayProcess: PBX_RELAY_WORKERS).
+var relayWorkers int
 
 func newWorker(log *slog.Logger) (*worker, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
