@@ -47,7 +47,13 @@ import (
 // poller design described below, B: this one). CPU per packet in the
 // quietest sets A 3.20 2.73 2.98 2.91, B 2.45 2.53 2.71 2.74 (-12%); over
 // all sets, loaded ones included, A 2.9-4.4 and B 2.5-3.7, context
-// switches per packet A 0.04-0.27, B 0.03-0.12. The side probe
+// switches per packet A 0.04-0.27, B 0.03-0.12; with the side probe on
+// (its GC every 100 ms and its round trips keep the runtime's poller
+// awake in A too) A 3.65 3.60 4.05 3.98, B 4.14 4.08 4.00 4.04: the gain
+// is the poller's wake-ups, and it is gone when the process is busy
+// anyway. End to end (BenchmarkConcurrentCallsRelay, bin/pbx, SIPp)
+// cpu_ns/packet at 500 calls A 3080 3160, B 2880 2960; at 1,000 calls A
+// 3160 3160, B 2960 3200. The side probe
 // (PBX_BENCH_SIDE=1: a UDP round trip through the runtime's poller every
 // millisecond, standing for the SIP sockets) had a p99 of 845-1020 µs
 // with A and 158-603 µs with B: raising GOMAXPROCS keeps the poller
