@@ -15,60 +15,111 @@ import (
 )
 
 // On Linux the relay is a few workers, each with its own epoll set
-// holding the sockets of the legs given to it. A worker parks in the Go
-// runtime's poller on its epoll descriptor alone; once woken it reads
-// every ready socket, one datagram each (a leg's socket holds one packet
-// per 20 ms), relays them, and asks the set again without blocking until a
-// pass finds nothing. Thousands of sockets thus cost a few goroutines and
-// one wake-up per batch rather than one per packet, and the worker gives
-// its P back while it waits, as any goroutine does. A batch takes the
-// worker's lock once and the time once.
+// holding the sockets of the legs given to it, and a thread of its own
+// (runtime.LockOSThread) that waits in epoll_wait on that set as a raw
+// system call, bounded by relayWait. Once woken it reads every ready
+// socket, one datagram each (a leg's socket holds one packet per 20 ms),
+// and relays them. Thousands of sockets thus cost a few threads and one
+// wake-up per batch rather than one per packet, and a packet wakes its
+// relay thread straight from the kernel: no hand-off through the
+// runtime's network poller, no futex wake of another thread, no goroutine
+// to schedule. A batch takes the worker's lock once and the time once.
 //
-// The calls of the hot path (epoll_wait with no timeout, recvfrom and
-// sendto with MSG_DONTWAIT on non-blocking sockets) never block, so they
-// are made as raw system calls, without telling the scheduler (see
-// rawCall). A call through unix.Syscall enters and leaves the runtime's
-// syscall state, and entering it wakes sysmon whenever the whole process
-// had been idle; sysmon then polls every 20 µs until the process idles
-// again. With packets arriving every few microseconds to milliseconds the
-// process idles and wakes all the time: in a perf profile of
-// BenchmarkRelayProcess sysmon's sleeps alone were 9% of the relay's
-// samples, and making every call raw took the relay from 4.6 to 3.4 µs
-// per packet (500 calls, ABAB; issue 16). With every call raw, though,
-// sysmon slept through the relay's work, and on a loaded host the relay
-// fell behind by hundreds of milliseconds far more often than before
-// (BenchmarkRelayProcess, 500 calls, host load 4 to 13: latency max
-// 0.3-1.5 s in 6 of 9 sets of phases, against 10-150 ms). So once every
-// sysmonKick a worker makes its poll an ordinary call, which wakes sysmon
-// if it sleeps: its own period for polling the network and preempting.
-// Measured in one binary, alternating, at 500 calls and host load 4 to 7:
-// all ordinary 4.1-4.4 µs per packet, a kick every 10 ms 2.8-3.2 with
-// latency max 17-90 ms, every 1 ms 3.1-3.8 (sysmon as busy as with
-// ordinary calls) and all raw 2.7-3.4, latency max 4-195 ms; these sets
-// are noisy, the machine being shared (PBX_RELAY_KICK_US,
-// PBX_RELAY_SCHED_CALLS).
+// A raw system call does not tell the scheduler, so the runtime counts the
+// worker's P as busy for as long as it waits: GOMAXPROCS is raised by the
+// number of workers (reserveProcs) so that the rest of the process keeps
+// the Ps it had, among them the one whose idle thread waits in the
+// runtime's network poller for the SIP sockets. A stop-the-world or a
+// preemption signals the thread, which interrupts epoll_wait (EINTR,
+// never restarted), and the worker stops at its next function call;
+// relayWait bounds a missed signal. The calls of the hot path (recvfrom
+// and sendto with MSG_DONTWAIT on non-blocking sockets) are raw too (see
+// rawCall).
 //
-// Two ways of waking less often were measured and are not used (issue 16):
-// waiting in epoll_wait on the worker's own thread lowered the relay's CPU
-// per packet, but the runtime counts a P in a system call as busy, so with
-// the other Ps idle no thread polled the network for the rest of the
-// process (its SIP sockets) until sysmon did, up to 10 ms later; and a
-// pause between batches (relayPause, a nanosleep so that the packets of
-// many legs gather) hands the P off on every pause and cost far more than
-// it saved when the phones share the process. relayPause stays for
-// BenchmarkRelayProcess to explore on a quiet machine.
+// An idle worker (nothing relayed for idleAfter) parks in the runtime's
+// poller instead (see park), so that a PBX without media costs what it
+// did: waiting on its thread cost a wake-up per relayWait and sysmon's
+// preemption of the busy-looking goroutine every 10 ms, 16 to 47 ms of CPU
+// per 3 s idle against 0.65 ms (BenchmarkRelayIdle guards it).
+//
+// Measured (issue 16, BenchmarkRelayProcess at 1,000 calls, the machine
+// shared with other benchmarks, so ABAB and every phase listed; A: the
+// poller design described below, B: this one). CPU per packet in the
+// quietest sets A 3.20 2.73 2.98 2.91, B 2.45 2.53 2.71 2.74 (-12%); over
+// all sets, loaded ones included, A 2.9-4.4 and B 2.5-3.7, context
+// switches per packet A 0.04-0.27, B 0.03-0.12; with the side probe on
+// (its GC every 100 ms and its round trips keep the runtime's poller
+// awake in A too) A 3.65 3.60 4.05 3.98, B 4.14 4.08 4.00 4.04: the gain
+// is the poller's wake-ups, and it is gone when the process is busy
+// anyway. End to end (BenchmarkConcurrentCallsRelay, bin/pbx, SIPp)
+// cpu_ns/packet at 500 calls A 3080 3160, B 2880 2960; at 1,000 calls A
+// 3160 3160, B 2960 3200. The side probe
+// (PBX_BENCH_SIDE=1: a UDP round trip through the runtime's poller every
+// millisecond, standing for the SIP sockets) had a p99 of 845-1020 µs
+// with A and 158-603 µs with B: raising GOMAXPROCS keeps the poller
+// served, and the poller is no longer woken for the relay's batches. The
+// GC's stop-the-world p99 was 3-117 ms with A and 0.5-84 ms with B, both
+// set by how long the host took to run the threads to be stopped. The
+// relay's own jitter p99 (every stream a probe) was 0.85-50 ms with A and
+// 1.0-50 ms with B: on this 2-core host it depends on the other programs
+// far more than on the relay, and both designs fall behind by seconds at
+// 2,000 calls whenever the host is busy (the phones alone take over a
+// core), B less often (loss A 54%, 33%; B 24%, 0%, 0%, 36%). perf
+// record -g of the relaying process: sendto 40% (A) and 46% (B) of its
+// samples (the loopback delivery to the phone and its wake-up included),
+// recvfrom 23% and 18%, epoll_wait 18% (the runtime's netpoll half of it)
+// and 13%, Go code and runtime the rest; B took 28% fewer samples for the
+// same packets.
+//
+// Measured and left off (knobs of BenchmarkRelayProcess): a nice of -10
+// on the worker's thread (relayNice, PBX_RELAY_NICE) cut the relay's
+// latency p99 in quiet sets (1.2 ms against 6.8-50) but raised its CPU per
+// packet by about 10% (smaller batches: 0.2-0.46 switches per packet),
+// and it does not survive a preemption, after which the goroutine resumes
+// through a thread of ordinary priority; a pause of 200 µs after a small
+// batch (relayPause) and two workers on two cores (relayWorkers) changed
+// nothing measurable here.
+//
+// History: before, a worker parked in the runtime's poller on its epoll
+// descriptor and, once woken, polled the set without blocking until a
+// pass found nothing, making one poll in every 10 ms an ordinary system
+// call so that sysmon kept preempting and polling the network (entering
+// the runtime's syscall state wakes sysmon whenever the process had been
+// idle, and sysmon then polls every 20 µs, 9% of the relay's samples;
+// with every call raw, sysmon slept through the relay's work and the
+// relay fell behind by hundreds of milliseconds on a loaded host).
+// Waiting in epoll_wait on the worker's own thread was measured then and
+// rejected because, GOMAXPROCS not raised, the busy-looking P starved the
+// runtime's network poller of the rest of the process until sysmon
+// polled, up to 10 ms later. A pause between batches handed the P off on
+// every pause and cost far more than it saved. A twin connected socket
+// per leg for sending reordered a burst at latching (TestDTMFTapOnLeg);
+// io_uring sends did not pay.
 
-// sysmonKick is how often a worker makes one of its calls an ordinary
-// system call; zero: never.
-var sysmonKick = 10 * time.Millisecond
+// relayWait bounds a worker's wait in epoll_wait. The wait is a raw
+// system call on the worker's own thread (see the comment at the top of
+// the file); a preemption or a stop-the-world signals the thread, which
+// cuts the wait short, and the runtime signals again every 100 µs until
+// it stops, so relayWait is only the backstop for a signal that arrived
+// just before the wait began.
+const relayWait = 10 * time.Millisecond
+
+// idleAfter is how long a worker that relays nothing keeps its thread
+// waiting before it parks in the runtime's poller (see park).
+const idleAfter = time.Second
 
 // relayPause, when positive, is how long a worker lets packets gather
-// after a batch smaller than pauseBelow. Zero: no pause.
+// after a batch smaller than pauseBelow before it waits again: fewer,
+// bigger batches for at most that much added latency. Zero: no pause.
 var relayPause time.Duration
 
 // pauseBelow is the batch size from which a worker does not pause: it is
 // behind, and a pause would only put it further behind.
 const pauseBelow = maxEvents / 4
+
+// relayNice is the nice value a worker asks for its thread, when
+// permitted (see raisePriority); zero leaves it as it is.
+var relayNice = 0
 
 // engineIO is the engine's relay workers, started with the first leg and
 // stopped by Engine.Close.
@@ -82,8 +133,7 @@ type engineIO struct {
 // worker reads the sockets registered in its epoll set.
 type worker struct {
 	log  *slog.Logger
-	ep   *os.File // the epoll set, non-blocking, in the runtime's poller
-	epfd int
+	epfd int // the epoll set
 	wake int // eventfd in the set, written to stop the worker
 	stop atomic.Bool
 	done chan struct{}
@@ -92,13 +142,13 @@ type worker struct {
 	socks   []*sock // by slot, the epoll event's data; nil when free
 	free    []int32
 	stopped bool
+	live    atomic.Int32 // sockets registered
 
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
 	ready  []*sock // the sockets of events, looked up under mu once per batch
 	buf    []byte
 	from   unix.RawSockaddrAny
-	kicked time.Time // the last ordinary system call, see poll
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -111,13 +161,24 @@ const wakeSlot = -1
 // One worker relays a few hundred thousand packets a second; fewer, busier
 // workers drain bigger batches per wake-up and leave Ps to the rest of the
 // process.
-func workersFor(procs int) int { return max(1, procs/2) }
+func workersFor(procs int) int {
+	if relayWorkers > 0 {
+		return relayWorkers
+	}
+	return max(1, procs/2)
+}
+
+// relayWorkers, when positive, replaces workersFor's count
+// (BenchmarkRelayProcess: PBX_RELAY_WORKERS).
+var relayWorkers int
 
 func newWorker(log *slog.Logger) (*worker, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
 	}
+	// Non-blocking for the runtime's poller to watch it (see park);
+	// epoll_wait heeds its timeout alone.
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
 		return nil, fmt.Errorf("epoll: %w", err)
@@ -135,7 +196,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 	}
 	return &worker{
 		log:    log,
-		ep:     os.NewFile(uintptr(epfd), "epoll"),
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
@@ -148,45 +208,79 @@ func newWorker(log *slog.Logger) (*worker, error) {
 // close releases the worker's descriptors once it has stopped.
 func (w *worker) close() {
 	unix.Close(w.wake)
-	w.ep.Close()
+	unix.Close(w.epfd)
 }
 
-// run serves the epoll set until the worker is stopped. It waits in the
-// runtime's poller for the set to become readable, then takes ready
-// sockets without blocking until there are none (see the comment at the
-// top of the file). Sockets are level-triggered: one with more datagrams
-// queued is reported again by the next round, so a busy socket cannot
-// starve the others.
+// run serves the epoll set until the worker is stopped, on a thread of
+// its own that waits in epoll_wait (see the comment at the top of the
+// file). Sockets are level-triggered: one with more datagrams queued is
+// reported again by the next wait, so a busy socket cannot starve the
+// others.
 func (w *worker) run() {
 	defer close(w.done)
-	pause := unix.NsecToTimespec(int64(relayPause))
-	rc, err := w.ep.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			for {
-				now := time.Now()
-				n, err := w.poll(int(fd), now)
-				switch {
-				case err == unix.EINTR:
-					continue
-				case err != nil:
+	// Never unlocked: the thread ends with the worker, and its priority
+	// with it.
+	runtime.LockOSThread()
+	raisePriority(w.log, relayNice)
+	busy := time.Now() // the last batch
+	for {
+		n, err := epollWait(w.epfd, w.events, relayWait)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			w.log.Error("rtp relay stopped", "err", err)
+			return
+		case n == 0:
+			if time.Since(busy) >= idleAfter {
+				if err := w.park(); err != nil {
 					w.log.Error("rtp relay stopped", "err", err)
-					return true
-				case n == 0:
-					return false // park until the set is readable
-				}
-				if w.serve(w.events[:n], now) {
-					return true
-				}
-				if relayPause > 0 && n < pauseBelow {
-					_ = unix.Nanosleep(&pause, nil)
+					return
 				}
 			}
-		})
+			continue
+		}
+		busy = time.Now()
+		if w.serve(w.events[:n], busy) {
+			return
+		}
+		if relayPause > 0 && n < pauseBelow {
+			pause(relayPause)
+		}
 	}
-	if err != nil && !w.stop.Load() {
-		w.log.Error("rtp relay stopped", "err", err)
+}
+
+// park waits in the runtime's poller until the set has a ready socket (or
+// the worker's eventfd), giving the worker's thread and P back meanwhile:
+// an idle worker then costs nothing, where waiting on its thread costs a
+// wake-up every relayWait and sysmon's preemption of the busy-looking
+// goroutine every 10 ms. The poller watches a duplicate of the set's
+// descriptor, closed once the set is ready, so that it is not told of
+// the set's every batch while the worker relays.
+func (w *worker) park() error {
+	fd, err := unix.FcntlInt(uintptr(w.epfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("epoll dup: %w", err)
 	}
+	f := os.NewFile(uintptr(fd), "epoll")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
+	}
+	// Level-triggered events stay in the set once reported: peeking at
+	// one leaves it for the next wait.
+	return rc.Read(func(uintptr) bool {
+		n, err := epollWait(w.epfd, w.events[:1], 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	})
+}
+
+// pause sleeps d on the worker's thread, as a raw system call (see
+// epollWait); a signal cuts it short.
+func pause(d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
 // serve reads one datagram from each ready socket and relays it. It
@@ -250,6 +344,7 @@ func (w *worker) add(s *sock) error {
 	w.socks[slot] = s
 	s.slot = slot
 	s.reg = true
+	w.live.Add(1)
 	return nil
 }
 
@@ -265,6 +360,7 @@ func (w *worker) remove(s *sock) {
 	w.socks[s.slot] = nil
 	w.free = append(w.free, s.slot)
 	s.reg = false
+	w.live.Add(-1)
 }
 
 // halt stops the worker, waits for it and closes its descriptors.
@@ -288,7 +384,7 @@ func (e *Engine) worker() (*worker, error) {
 		return nil, ErrClosed
 	}
 	if e.io.workers == nil {
-		n := workersFor(runtime.GOMAXPROCS(0))
+		n := workersFor(procsBefore())
 		ws := make([]*worker, 0, n)
 		for range n {
 			w, err := newWorker(e.log)
@@ -300,6 +396,7 @@ func (e *Engine) worker() (*worker, error) {
 			}
 			ws = append(ws, w)
 		}
+		reserveProcs(n)
 		for _, w := range ws {
 			go w.run()
 		}
@@ -319,6 +416,60 @@ func (e *Engine) stopIO() {
 	e.io.mu.Unlock()
 	for _, w := range ws {
 		w.halt()
+	}
+	if ws != nil {
+		reserveProcs(-len(ws))
+	}
+}
+
+// reserved counts the Ps held by the relay workers of every engine in the
+// process: each worker keeps one busy all its life (it waits in a raw
+// system call), so GOMAXPROCS is raised by their number for the rest of
+// the process to keep the Ps it had, among them the one that waits in the
+// runtime's network poller.
+var reserved struct {
+	sync.Mutex
+	n    int // workers running
+	base int // GOMAXPROCS before the first of them, while n > 0
+}
+
+// procsBefore is GOMAXPROCS without the Ps the workers hold.
+func procsBefore() int {
+	reserved.Lock()
+	defer reserved.Unlock()
+	if reserved.n > 0 {
+		return reserved.base
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// reserveProcs adds n workers (n < 0: removes them) to GOMAXPROCS.
+func reserveProcs(n int) {
+	reserved.Lock()
+	defer reserved.Unlock()
+	if reserved.n == 0 {
+		reserved.base = runtime.GOMAXPROCS(0)
+	}
+	reserved.n += n
+	runtime.GOMAXPROCS(reserved.base + reserved.n)
+}
+
+// raisePriority gives the calling thread the nice value nice when it is
+// below the thread's own and the process may lower it (root, or
+// RLIMIT_NICE); otherwise it leaves the thread as it is. A relay thread
+// that other threads of the machine take turns with falls behind by whole
+// scheduler periods, which the phones hear as jitter.
+func raisePriority(log *slog.Logger, nice int) {
+	if nice == 0 {
+		return
+	}
+	tid := unix.Gettid()
+	cur, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil || 20-cur <= nice { // the kernel returns 20 - nice
+		return
+	}
+	if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+		log.Debug("rtp relay: thread priority unchanged", "nice", nice, "err", err)
 	}
 }
 
@@ -389,22 +540,11 @@ func (l *Leg) stopIO() {
 	l.sess.e.pool.release(int(l.local.Port()))
 }
 
-// poll takes the ready events of the worker's set without waiting. Every
-// sysmonKick it does so as an ordinary system call, which wakes sysmon if
-// it is asleep (see the comment at the top of the file); otherwise as a
-// raw one.
-func (w *worker) poll(epfd int, now time.Time) (int, error) {
-	if sysmonKick > 0 && now.Sub(w.kicked) >= sysmonKick {
-		w.kicked = now
-		return unix.EpollWait(epfd, w.events, 0)
-	}
-	return epollPoll(epfd, w.events)
-}
-
-// epollPoll takes the ready events of the set without waiting, as a raw
-// call (see the comment at the top of the file).
-func epollPoll(epfd int, events []unix.EpollEvent) (int, error) {
-	n, _, e := rawCall(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+// epollWait takes the ready events of the set, waiting at most wait, as a
+// raw system call: the worker's thread is its own and its P is reserved
+// for it (see reserveProcs), so nothing else waits for it to return.
+func epollWait(epfd int, events []unix.EpollEvent, wait time.Duration) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(wait.Milliseconds()), 0, 0)
 	if e != 0 {
 		return 0, e
 	}

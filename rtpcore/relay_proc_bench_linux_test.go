@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -65,20 +66,25 @@ func TestMain(m *testing.M) {
 // Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
-// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PAUSE_US sets the
-// workers' pause between batches (see relayPause); PBX_BENCH_RAW_SOCKETS
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_NICE sets the workers'
+// thread priority (see relayNice), PBX_RELAY_PAUSE_US their pause after
+// a small batch (see relayPause), PBX_RELAY_WORKERS their number (see
+// workersFor); PBX_BENCH_RAW_SOCKETS
 // opens that many raw UDP sockets on the phones' address, as SIPp's
 // play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
 // makes the relay's non-blocking calls ordinary system calls again (see
-// rawCall) and PBX_RELAY_KICK_US sets sysmonKick (0: every call raw).
+// rawCall). PBX_BENCH_SIDE=1 adds a side probe standing for the rest of
+// the process (see sideProbe): its round-trip and the GC's
+// stop-the-world p99.
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
-	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
-		relayPause = time.Duration(us) * time.Microsecond // to explore the trade-off
-	}
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
-	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_KICK_US")); err == nil && us >= 0 {
-		sysmonKick = time.Duration(us) * time.Microsecond
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
+		relayPause = time.Duration(us) * time.Microsecond
+	}
+	relayWorkers = envInt("PBX_RELAY_WORKERS", 0)
+	if n, err := strconv.Atoi(os.Getenv("PBX_RELAY_NICE")); err == nil {
+		relayNice = n
 	}
 	for _, c := range []struct {
 		calls, secs, rounds int
@@ -94,6 +100,10 @@ func BenchmarkRelayProcess(b *testing.B) {
 			b.ReportMetric(float64(sum.Var99)/1e3, "jitter-p99-µs")
 			b.ReportMetric(float64(sum.Lat99)/1e3, "lat-p99-µs")
 			b.ReportMetric(float64(sum.Max)/1e3, "lat-max-µs")
+			if sum.SideRTT99 > 0 {
+				b.ReportMetric(float64(sum.SideRTT99)/1e3, "side-rtt-p99-µs")
+				b.ReportMetric(float64(sum.GCStop99)/1e3, "gc-stop-p99-µs")
+			}
 		})
 	}
 }
@@ -106,6 +116,8 @@ type procPhase struct {
 	Max          int64
 	CPUPerPkt    int64   // the relaying process's CPU per packet relayed
 	SwitchPerPkt float64 // its context switches per packet relayed
+	SideRTT99    int64   // p99 of the side probe's round trips (PBX_BENCH_SIDE)
+	GCStop99     int64   // p99 of the time the runtime took to stop the world for GC
 }
 
 // switches is how many context switches the process's threads have made
@@ -191,12 +203,23 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 	if _, err := fmt.Fprintln(toChild, strings.Join(legPorts, " ")); err != nil {
 		b.Fatal(err)
 	}
+	var side *sideProbe
+	if os.Getenv("PBX_BENCH_SIDE") == "1" {
+		if side, err = startSideProbe(); err != nil {
+			b.Fatal(err)
+		}
+		defer side.stop()
+	}
 	time.Sleep(time.Second) // the phones start; the first phase needs them steady
 
 	var worst procPhase
 	var cpuSum int64
 	for round := range rounds {
 		fmt.Fprintln(toChild, "start")
+		if side != nil {
+			side.rtt.reset()
+		}
+		gc0 := gcStops()
 		cpu0, sw0 := cpuTime(), switches()
 		time.Sleep(dur)
 		cpu, sw := cpuTime()-cpu0, switches()-sw0
@@ -204,6 +227,12 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		var st procPhase
 		if err := json.Unmarshal([]byte(readLine()), &st); err != nil {
 			b.Fatal(err)
+		}
+		if side != nil {
+			st.SideRTT99 = side.rtt.quantile(0.99)
+			st.GCStop99 = gcStopQuantile(gc0, gcStops(), 0.99)
+			b.Logf("side probe: round trip p99 %v max %v; GC stop-the-world p99 %v", time.Duration(st.SideRTT99),
+				time.Duration(side.rtt.max.Load()), time.Duration(st.GCStop99))
 		}
 		if st.Recvd > 0 {
 			st.CPUPerPkt = int64(cpu) / st.Recvd
@@ -220,6 +249,8 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		worst.Lat99 = max(worst.Lat99, st.Lat99)
 		worst.Var99 = max(worst.Var99, st.Var99)
 		worst.Max = max(worst.Max, st.Max)
+		worst.SideRTT99 = max(worst.SideRTT99, st.SideRTT99)
+		worst.GCStop99 = max(worst.GCStop99, st.GCStop99)
 	}
 	worst.CPUPerPkt = cpuSum / int64(rounds)
 	return worst
@@ -493,4 +524,148 @@ func procRxTimestamp(oob []byte) (int64, bool) {
 		oob = oob[min(unix.CmsgSpace(int(h.Len)-unix.SizeofCmsghdr), len(oob)):]
 	}
 	return 0, false
+}
+
+// BenchmarkRelayIdle is the CPU an engine costs while its legs relay
+// nothing (calls up, no media yet): its workers park in the runtime's
+// poller after idleAfter instead of waking on their threads. It measures
+// the whole test process over 2 s after the workers went idle.
+func BenchmarkRelayIdle(b *testing.B) {
+	var perSec float64
+	for b.Loop() {
+		e, err := New(Options{BindIP: procRelayIP, PortMin: 40000, PortMax: 40100, Quarantine: -1}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 10 {
+			s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			l0, err0 := s.NewLeg("a")
+			l1, err1 := s.NewLeg("b")
+			if err := errors.Join(err0, err1); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Bridge(l0, l1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(idleAfter + 500*time.Millisecond) // the workers park
+		const span = 2 * time.Second
+		cpu0 := cpuTime()
+		time.Sleep(span)
+		perSec = float64(cpuTime()-cpu0) / float64(time.Millisecond) / span.Seconds()
+		e.Close()
+	}
+	b.ReportMetric(perSec, "cpu-ms/s")
+}
+
+// sideProbe stands for the rest of the relaying process (its SIP sockets):
+// a goroutine sends a datagram every millisecond from one UDP socket of
+// the runtime's poller to another, whose goroutine echoes it, and times the
+// round trip; every 100 ms it also collects garbage, for the time the
+// runtime takes to stop the world with the relay's workers running
+// (PBX_BENCH_SIDE=1). A relay that keeps the runtime from polling the
+// network or from preempting it shows in both.
+type sideProbe struct {
+	rtt  procHist
+	a, e *net.UDPConn
+	done chan struct{}
+}
+
+func startSideProbe() (*sideProbe, error) {
+	a, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(procRelayIP, 0)))
+	if err != nil {
+		return nil, err
+	}
+	e, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(procRelayIP, 0)))
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	p := &sideProbe{a: a, e: e, done: make(chan struct{})}
+	go func() { // the echo
+		buf := make([]byte, 64)
+		for {
+			n, from, err := e.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			_, _ = e.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	go p.run()
+	return p, nil
+}
+
+func (p *sideProbe) run() {
+	defer close(p.done)
+	to := p.e.LocalAddr().(*net.UDPAddr).AddrPort()
+	buf := make([]byte, 64)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		<-tick.C
+		if i%100 == 0 {
+			runtime.GC()
+		}
+		t0 := time.Now()
+		binary.BigEndian.PutUint64(buf, uint64(i))
+		if _, err := p.a.WriteToUDPAddrPort(buf[:8], to); err != nil {
+			return
+		}
+		for {
+			_ = p.a.SetReadDeadline(t0.Add(time.Second))
+			n, _, err := p.a.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					p.rtt.add(int64(time.Second))
+					break
+				}
+				return
+			}
+			if n == 8 && binary.BigEndian.Uint64(buf) == uint64(i) {
+				p.rtt.add(int64(time.Since(t0)))
+				break
+			}
+		}
+	}
+}
+
+func (p *sideProbe) stop() {
+	p.a.Close()
+	p.e.Close()
+	<-p.done
+}
+
+// gcStops is the runtime's histogram of the time it took to stop the
+// world for the garbage collector, so far.
+func gcStops() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/pauses/stopping/gc:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// gcStopQuantile is quantile q of the stops counted between a and b, as
+// the upper edge of its bucket in nanoseconds.
+func gcStopQuantile(a, b *metrics.Float64Histogram, q float64) int64 {
+	if a == nil || b == nil {
+		return 0
+	}
+	var total uint64
+	for i := range b.Counts {
+		total += b.Counts[i] - a.Counts[i]
+	}
+	want := uint64(q * float64(total))
+	var acc uint64
+	for i := range b.Counts {
+		if acc += b.Counts[i] - a.Counts[i]; acc > want {
+			return int64(min(b.Buckets[i+1], 10) * 1e9)
+		}
+	}
+	return 0
 }
