@@ -83,8 +83,7 @@ type worker struct {
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
 	ready  []*sock // the sockets of events, looked up under mu once per batch
-	buf    []byte
-	from   unix.RawSockaddrAny
+	rx     rxBatch
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -128,7 +127,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 		done:   make(chan struct{}),
 		events: make([]unix.EpollEvent, maxEvents),
 		ready:  make([]*sock, maxEvents),
-		buf:    make([]byte, maxPacket),
 	}, nil
 }
 
@@ -210,7 +208,8 @@ func pause(d time.Duration) {
 	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// serve reads one datagram from each ready socket and relays it. It
+// serve reads what each ready socket has queued (up to rxBatchLen) and
+// relays it. It
 // reports whether the worker is to stop. The packets of a batch share one
 // arrival time: they were all queued by the time the batch began.
 func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
@@ -235,12 +234,16 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 			continue
 		}
 		// A stale event for a slot reused since finds nothing to read.
-		n, src, e := s.recvFrom(w.buf, &w.from)
-		if e == 0 {
+		// A socket is read for what it has queued, up to rxBatchLen, and
+		// its datagrams relayed in order: one read per round would serve
+		// a socket that fell behind no faster than a 20 ms leg.
+		n, _ := s.recvBatch(&w.rx)
+		for j := range n {
+			pkt, src := w.rx.packet(j)
 			if s.rtcp {
-				s.leg.handleRTCP(w.buf[:n], src)
+				s.leg.handleRTCP(pkt, src)
 			} else {
-				s.leg.handle(w.buf[:n], src, now)
+				s.leg.handle(pkt, src, now)
 			}
 		}
 		s.release()

@@ -183,20 +183,77 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	}
 }
 
-// recvFrom reads one datagram into buf without waiting; sa is scratch
-// space for the source address.
-func (s *sock) recvFrom(buf []byte, sa *unix.RawSockaddrAny) (int, netip.AddrPort, syscall.Errno) {
+// recvOne reads one datagram into b's first buffer without waiting, as
+// the relay did before it read sockets with recvBatch; BenchmarkRelayProcess
+// sets readOne (PBX_RELAY_READ_ONE=1) to compare both in one binary.
+func (s *sock) recvOne(b *rxBatch) (int, syscall.Errno) {
 	for {
 		salen := uint32(unix.SizeofSockaddrAny)
-		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
+		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&b.bufs[0][0])), maxPacket, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&b.names[0])), uintptr(unsafe.Pointer(&salen)))
 		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
-			return 0, netip.AddrPort{}, e
+			return 0, e
 		}
-		return int(n), sockaddrPort(sa), 0
+		b.hdrs[0].Len = uint32(n)
+		return 1, 0
 	}
+}
+
+// readOne makes a relay worker read one datagram per ready socket per
+// round (recvOne) instead of what the socket has queued (recvBatch).
+var readOne bool
+
+// rxBatchLen is how many datagrams a relay worker takes from one ready
+// socket per round. A leg's socket mostly holds one; one that has fallen
+// behind (a burst, a phone sending every 5 or 10 ms, a scheduling hiccup
+// of the worker) catches up by up to this many per round instead of one,
+// while a flooding socket still cannot hold up the others for more than
+// this many packets.
+const rxBatchLen = 8
+
+// rxBatch is a relay worker's receive vector for recvmmsg(2): buffers,
+// source addresses and headers owned by the worker and reused for every
+// socket it reads.
+type rxBatch struct {
+	hdrs  [rxBatchLen]unix.Mmsghdr
+	iovs  [rxBatchLen]unix.Iovec
+	names [rxBatchLen]unix.RawSockaddrAny
+	bufs  [rxBatchLen][maxPacket]byte
+}
+
+// recvBatch reads up to rxBatchLen datagrams queued on s, in arrival
+// order, without waiting; packet returns each. A socket with nothing
+// queued (a stale event) returns EAGAIN.
+func (s *sock) recvBatch(b *rxBatch) (int, syscall.Errno) {
+	if readOne {
+		return s.recvOne(b)
+	}
+	for i := range b.hdrs {
+		b.iovs[i].Base = &b.bufs[i][0]
+		b.iovs[i].SetLen(maxPacket)
+		h := &b.hdrs[i].Hdr
+		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+		h.Namelen = unix.SizeofSockaddrAny
+		h.Iov = &b.iovs[i]
+		h.SetIovlen(1)
+	}
+	for {
+		n, _, e := rawCall(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), rxBatchLen, unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), 0
+	}
+}
+
+// packet is the i-th datagram of the last recvBatch and its source.
+func (b *rxBatch) packet(i int) ([]byte, netip.AddrPort) {
+	return b.bufs[i][:b.hdrs[i].Len], sockaddrPort(&b.names[i])
 }
 
 // sockaddrPort decodes a kernel socket address; the zone of a link-local

@@ -1,0 +1,128 @@
+package rtpcore
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// testWorker takes the legs' RTP sockets from the engine's workers into
+// a worker of the test's own that nothing runs: the test drives its
+// rounds (epoll_wait, serve) one at a time. The worker is closed after
+// the engine, which closes the legs.
+func testWorker(t *testing.T, e *Engine, legs ...*Leg) *worker {
+	t.Helper()
+	w, err := newWorker(e.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Close()
+		w.close()
+	})
+	for _, l := range legs {
+		l.conn.w.remove(l.conn)
+		l.conn.w = w
+		if err := w.add(l.conn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// round is one pass of a worker's loop: the ready sockets, each served.
+func (w *worker) round(t *testing.T) int {
+	t.Helper()
+	n, err := epollWait(w.epfd, w.events, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.serve(w.events[:n], time.Now())
+	return n
+}
+
+// TestRelayServesBacklogInRound proves that a socket with several
+// datagrams queued is served for them in one or two rounds, in order,
+// beside legs holding one each: a worker reading one datagram per socket
+// per round relays a leg that has fallen behind (a burst, a phone sending
+// every 5 ms) no faster than a 20 ms leg, and its queue, the delay of its
+// audio with it, grows without bound.
+func TestRelayServesBacklogInRound(t *testing.T) {
+	e := newEngine(t, Options{NoRTCP: true})
+	type pair struct {
+		la     *Leg
+		pa, pb *phone
+	}
+	pairs := make([]pair, 20)
+	var legs []*Leg
+	for i := range pairs {
+		_, la, lb, pa, pb := bridgedPair(t, e)
+		pairs[i] = pair{la, pa, pb}
+		legs = append(legs, la, lb)
+	}
+	w := testWorker(t, e, legs...)
+
+	const burst = 8
+	var sent [][]byte
+	for i := range burst {
+		pkt := pairs[0].pa.packet(PayloadPCMA, 160)
+		sent = append(sent, pkt)
+		pairs[0].pa.sendTo(legTo(pairs[0].la), pkt)
+		if i == burst/2 {
+			for _, p := range pairs[1:] {
+				p.pa.sendTo(legTo(p.la), p.pa.packet(PayloadPCMA, 160))
+			}
+		}
+	}
+	if n := w.round(t); n != len(pairs) {
+		t.Fatalf("first round: %d sockets ready, want %d", n, len(pairs))
+	}
+	w.round(t)
+	// The relay wrote synchronously to loopback: what it relayed in the
+	// two rounds is queued at the phones already.
+	for i, want := range sent {
+		got, _ := pairs[0].pb.recv(100 * time.Millisecond)
+		if got == nil {
+			t.Fatalf("the burst's packet %d of %d not relayed in two rounds", i+1, burst)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("the burst's packet %d relayed out of order: seq %d, want %d", i+1, got[2:4], want[2:4])
+		}
+	}
+	for i, p := range pairs[1:] {
+		if got, _ := p.pb.recv(100 * time.Millisecond); got == nil {
+			t.Errorf("pair %d: its one packet not relayed", i+1)
+		}
+	}
+	if st := pairs[0].la.Stats(); st.PacketsIn != burst {
+		t.Errorf("bursting leg counted %d packets in, want %d", st.PacketsIn, burst)
+	}
+}
+
+// TestRelayBoundsFloodPerRound proves that a socket flooded with more
+// than rxBatchLen datagrams gets at most rxBatchLen relayed per round, so
+// that it cannot hold up the worker's other sockets for its whole queue,
+// and the rest in the next rounds, in order.
+func TestRelayBoundsFloodPerRound(t *testing.T) {
+	e := newEngine(t, Options{NoRTCP: true})
+	_, la, lb, pa, pb := bridgedPair(t, e)
+	w := testWorker(t, e, la, lb)
+	var sent [][]byte
+	for range 3 * rxBatchLen {
+		pkt := pa.packet(PayloadPCMA, 160)
+		sent = append(sent, pkt)
+		pa.sendTo(legTo(la), pkt)
+	}
+	for r := range 3 {
+		w.round(t)
+		if got := la.Stats().PacketsIn; got != uint64((r+1)*rxBatchLen) {
+			t.Fatalf("after round %d: %d packets taken, want %d", r+1, got, (r+1)*rxBatchLen)
+		}
+	}
+	for i, want := range sent {
+		got, _ := pb.recv(100 * time.Millisecond)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("packet %d of the flood missing or out of order", i+1)
+		}
+	}
+}
