@@ -2,6 +2,7 @@ package rtpcore
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -27,6 +28,9 @@ func testWorker(t *testing.T, e *Engine, legs ...*Leg) *worker {
 			t.Fatal(err)
 		}
 	}
+	// A round with nothing ready: no socket was ready in the round
+	// before the test's first.
+	w.serve(nil, time.Now())
 	return w
 }
 
@@ -42,11 +46,12 @@ func (w *worker) round(t *testing.T) int {
 }
 
 // TestRelayServesBacklogInRound proves that a socket with several
-// datagrams queued is served for them in one or two rounds, in order,
-// beside legs holding one each: a worker reading one datagram per socket
-// per round relays a leg that has fallen behind (a burst, a phone sending
-// every 5 ms) no faster than a 20 ms leg, and its queue, the delay of its
-// audio with it, grows without bound.
+// datagrams queued is served for them in two rounds (one datagram in the
+// first, as for every socket not ready in the round before, the rest in
+// the second), in order, beside legs holding one each: a worker reading
+// one datagram per socket per round relays a leg that has fallen behind
+// (a burst, a phone sending every 5 ms) no faster than a 20 ms leg, and
+// its queue, the delay of its audio with it, grows without bound.
 func TestRelayServesBacklogInRound(t *testing.T) {
 	e := newEngine(t, Options{NoRTCP: true})
 	type pair struct {
@@ -77,7 +82,12 @@ func TestRelayServesBacklogInRound(t *testing.T) {
 	if n := w.round(t); n != len(pairs) {
 		t.Fatalf("first round: %d sockets ready, want %d", n, len(pairs))
 	}
-	w.round(t)
+	if got := pairs[0].la.Stats().PacketsIn; got != 1 {
+		t.Errorf("first round read %d of the burst, want 1 (the socket was not behind yet)", got)
+	}
+	if n := w.round(t); n != 1 {
+		t.Fatalf("second round: %d sockets ready, want the bursting one", n)
+	}
 	// The relay wrote synchronously to loopback: what it relayed in the
 	// two rounds is queued at the phones already.
 	for i, want := range sent {
@@ -100,29 +110,80 @@ func TestRelayServesBacklogInRound(t *testing.T) {
 }
 
 // TestRelayBoundsFloodPerRound proves that a socket flooded with more
-// than rxBatchLen datagrams gets at most rxBatchLen relayed per round, so
-// that it cannot hold up the worker's other sockets for its whole queue,
-// and the rest in the next rounds, in order.
+// than rxBatchLen datagrams gets at most rxBatchLen relayed per round
+// (one in the first, as it was not ready in the round before), so that it
+// cannot hold up the worker's other sockets for its whole queue, and the
+// rest in the next rounds, in order.
 func TestRelayBoundsFloodPerRound(t *testing.T) {
 	e := newEngine(t, Options{NoRTCP: true})
 	_, la, lb, pa, pb := bridgedPair(t, e)
 	w := testWorker(t, e, la, lb)
 	var sent [][]byte
-	for range 3 * rxBatchLen {
+	for range 2*rxBatchLen + 1 {
 		pkt := pa.packet(PayloadPCMA, 160)
 		sent = append(sent, pkt)
 		pa.sendTo(legTo(la), pkt)
 	}
 	for r := range 3 {
 		w.round(t)
-		if got := la.Stats().PacketsIn; got != uint64((r+1)*rxBatchLen) {
-			t.Fatalf("after round %d: %d packets taken, want %d", r+1, got, (r+1)*rxBatchLen)
+		if got := la.Stats().PacketsIn; got != uint64(1+r*rxBatchLen) {
+			t.Fatalf("after round %d: %d packets taken, want %d", r+1, got, 1+r*rxBatchLen)
 		}
 	}
 	for i, want := range sent {
 		got, _ := pb.recv(100 * time.Millisecond)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("packet %d of the flood missing or out of order", i+1)
+		}
+	}
+}
+
+// BenchmarkRecvQueued is what reading one ready socket costs in the
+// system calls alone, with queued datagrams (1: a 20 ms leg's usual case;
+// 4: a leg behind) read one per call (recvfrom) or all at once (recvmmsg,
+// vector of rxBatchLen): why rxBatch.read uses recvmmsg only for a socket
+// that has fallen behind. Each op sends the datagrams, then reads them;
+// ns/pkt is the read alone per datagram (the send is timed apart).
+func BenchmarkRecvQueued(b *testing.B) {
+	for _, queued := range []int{1, 4} {
+		for _, one := range []bool{true, false} {
+			name := map[bool]string{true: "recvfrom", false: "recvmmsg"}[one]
+			b.Run(fmt.Sprintf("queued=%d/read=%s", queued, name), func(b *testing.B) {
+				s, err := listenUDP(loopback, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.close()
+				recv := s.recvBatch
+				if one {
+					recv = s.recvOne
+				}
+				tx, err := listenUDP(loopback, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tx.close()
+				pkt := make([]byte, HeaderLen+160)
+				var rx rxBatch
+				var sending time.Duration
+				for b.Loop() {
+					t0 := time.Now()
+					for range queued {
+						if err := tx.sendTo(pkt, s.local); err != nil {
+							b.Fatal(err)
+						}
+					}
+					sending += time.Since(t0)
+					for got := 0; got < queued; {
+						n, e := recv(&rx)
+						if e != 0 {
+							b.Fatal(e)
+						}
+						got += n
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed()-sending)/float64(b.N*queued), "ns/pkt")
+			})
 		}
 	}
 }

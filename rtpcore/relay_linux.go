@@ -208,8 +208,8 @@ func pause(d time.Duration) {
 	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// serve reads what each ready socket has queued (up to rxBatchLen) and
-// relays it. It
+// serve reads each ready socket, for what it has queued when it has
+// fallen behind (see rxBatch.read), and relays it. It
 // reports whether the worker is to stop. The packets of a batch share one
 // arrival time: they were all queued by the time the batch began.
 func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
@@ -222,6 +222,7 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 		}
 	}
 	w.mu.Unlock()
+	w.rx.round++
 	for i, s := range ready {
 		ready[i] = nil
 		if events[i].Fd == wakeSlot {
@@ -234,10 +235,9 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 			continue
 		}
 		// A stale event for a slot reused since finds nothing to read.
-		// A socket is read for what it has queued, up to rxBatchLen, and
-		// its datagrams relayed in order: one read per round would serve
-		// a socket that fell behind no faster than a 20 ms leg.
-		n, _ := s.recvBatch(&w.rx)
+		// A socket that has fallen behind is read for what it has
+		// queued, up to rxBatchLen, its datagrams relayed in order.
+		n := w.rx.read(s)
 		for j := range n {
 			pkt, src := w.rx.packet(j)
 			if s.rtcp {

@@ -29,6 +29,8 @@ type sock struct {
 	w    *worker
 	slot int32 // index in w.socks while registered, guarded by w.mu
 	reg  bool  // registered with w, guarded by w.mu
+
+	served uint32 // w's round that last read it (see rxBatch.read), w's only
 }
 
 const sockClosed = 1 << 40
@@ -183,9 +185,7 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	}
 }
 
-// recvOne reads one datagram into b's first buffer without waiting, as
-// the relay did before it read sockets with recvBatch; BenchmarkRelayProcess
-// sets readOne (PBX_RELAY_READ_ONE=1) to compare both in one binary.
+// recvOne reads one datagram into b's first buffer without waiting.
 func (s *sock) recvOne(b *rxBatch) (int, syscall.Errno) {
 	for {
 		salen := uint32(unix.SizeofSockaddrAny)
@@ -202,15 +202,12 @@ func (s *sock) recvOne(b *rxBatch) (int, syscall.Errno) {
 }
 
 // readOne makes a relay worker read one datagram per ready socket per
-// round (recvOne) instead of what the socket has queued (recvBatch).
+// round, as it did before rxBatch.read; BenchmarkRelayProcess sets it
+// (PBX_RELAY_READ_ONE=1) to compare both in one binary.
 var readOne bool
 
-// rxBatchLen is how many datagrams a relay worker takes from one ready
-// socket per round. A leg's socket mostly holds one; one that has fallen
-// behind (a burst, a phone sending every 5 or 10 ms, a scheduling hiccup
-// of the worker) catches up by up to this many per round instead of one,
-// while a flooding socket still cannot hold up the others for more than
-// this many packets.
+// rxBatchLen is how many datagrams a relay worker takes from a ready
+// socket that has fallen behind, per round (see rxBatch.read).
 const rxBatchLen = 8
 
 // rxBatch is a relay worker's receive vector for recvmmsg(2): buffers,
@@ -221,23 +218,49 @@ type rxBatch struct {
 	iovs  [rxBatchLen]unix.Iovec
 	names [rxBatchLen]unix.RawSockaddrAny
 	bufs  [rxBatchLen][maxPacket]byte
+	init  bool   // hdrs point at iovs, names and bufs
+	round uint32 // the worker's rounds (epoll_wait batches) so far
+}
+
+// read takes the datagrams of a ready socket of the worker's current
+// round; packet returns each. A leg's socket mostly holds one packet (one
+// per 20 ms) and is not ready in consecutive rounds: it is read with one
+// recvfrom. One that was ready in the round before too has fallen behind
+// (a burst, a phone sending every 5 or 10 ms, a scheduling hiccup, rounds
+// slowed by a busy worker), and reading one datagram per round would
+// serve it no faster than a 20 ms leg while its queue, the delay of its
+// audio, grew without bound: it is read for up to rxBatchLen at once with
+// one recvmmsg (which costs more than recvfrom for a single datagram),
+// still bounded so that a flooding socket cannot hold up the others. A
+// socket with nothing queued (a stale event) reads none.
+func (b *rxBatch) read(s *sock) int {
+	behind := s.served == b.round-1
+	s.served = b.round
+	var n int
+	if behind && !readOne {
+		n, _ = s.recvBatch(b)
+	} else {
+		n, _ = s.recvOne(b)
+	}
+	return n
 }
 
 // recvBatch reads up to rxBatchLen datagrams queued on s, in arrival
-// order, without waiting; packet returns each. A socket with nothing
-// queued (a stale event) returns EAGAIN.
+// order, without waiting.
 func (s *sock) recvBatch(b *rxBatch) (int, syscall.Errno) {
-	if readOne {
-		return s.recvOne(b)
+	if !b.init {
+		for i := range b.hdrs {
+			b.iovs[i].Base = &b.bufs[i][0]
+			b.iovs[i].SetLen(maxPacket)
+			h := &b.hdrs[i].Hdr
+			h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+			h.Iov = &b.iovs[i]
+			h.SetIovlen(1)
+		}
+		b.init = true
 	}
 	for i := range b.hdrs {
-		b.iovs[i].Base = &b.bufs[i][0]
-		b.iovs[i].SetLen(maxPacket)
-		h := &b.hdrs[i].Hdr
-		h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
-		h.Namelen = unix.SizeofSockaddrAny
-		h.Iov = &b.iovs[i]
-		h.SetIovlen(1)
+		b.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrAny
 	}
 	for {
 		n, _, e := rawCall(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), rxBatchLen, unix.MSG_DONTWAIT, 0, 0)
@@ -251,7 +274,7 @@ func (s *sock) recvBatch(b *rxBatch) (int, syscall.Errno) {
 	}
 }
 
-// packet is the i-th datagram of the last recvBatch and its source.
+// packet is the i-th datagram of the last read and its source.
 func (b *rxBatch) packet(i int) ([]byte, netip.AddrPort) {
 	return b.bufs[i][:b.hdrs[i].Len], sockaddrPort(&b.names[i])
 }
