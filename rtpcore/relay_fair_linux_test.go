@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testWorker takes the legs' RTP sockets from the engine's workers into
@@ -134,6 +136,37 @@ func TestRelayBoundsFloodPerRound(t *testing.T) {
 		got, _ := pb.recv(100 * time.Millisecond)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("packet %d of the flood missing or out of order", i+1)
+		}
+	}
+}
+
+// TestRelayServesBacklogInFullBatch proves that a socket reported in a
+// full batch is read for what it has queued even though it was not ready
+// in the round before: with more sockets ready than a batch holds, epoll
+// reports each only every few rounds, and a socket that is behind would
+// otherwise be read once per pass through them all.
+func TestRelayServesBacklogInFullBatch(t *testing.T) {
+	e := newEngine(t, Options{NoRTCP: true})
+	_, la, lb, pa, pb := bridgedPair(t, e)
+	w := testWorker(t, e, la, lb)
+	const burst = 5
+	for range burst {
+		pa.sendTo(legTo(la), pa.packet(PayloadPCMA, 160))
+	}
+	// The batch: the leg's socket and, standing for the other sockets
+	// ready, events of slots that hold none (stale events).
+	events := make([]unix.EpollEvent, maxEvents)
+	for i := range events {
+		events[i].Fd = 1 << 20
+	}
+	events[maxEvents/2].Fd = la.conn.slot
+	w.serve(events, time.Now())
+	if got := la.Stats().PacketsIn; got != burst {
+		t.Fatalf("a full batch read %d of the socket's %d queued datagrams", got, burst)
+	}
+	for i := range burst {
+		if got, _ := pb.recv(100 * time.Millisecond); got == nil {
+			t.Fatalf("packet %d not relayed", i+1)
 		}
 	}
 }

@@ -222,7 +222,7 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 		}
 	}
 	w.mu.Unlock()
-	w.rx.round++
+	w.rx.next(len(events))
 	for i, s := range ready {
 		ready[i] = nil
 		if events[i].Fd == wakeSlot {

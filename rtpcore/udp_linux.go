@@ -220,6 +220,13 @@ type rxBatch struct {
 	bufs  [rxBatchLen][maxPacket]byte
 	init  bool   // hdrs point at iovs, names and bufs
 	round uint32 // the worker's rounds (epoll_wait batches) so far
+	busy  bool   // the current round's batch is full (see read)
+}
+
+// next starts a round of events ready sockets.
+func (b *rxBatch) next(events int) {
+	b.round++
+	b.busy = events >= maxEvents
 }
 
 // read takes the datagrams of a ready socket of the worker's current
@@ -231,10 +238,13 @@ type rxBatch struct {
 // serve it no faster than a 20 ms leg while its queue, the delay of its
 // audio, grew without bound: it is read for up to rxBatchLen at once with
 // one recvmmsg (which costs more than recvfrom for a single datagram),
-// still bounded so that a flooding socket cannot hold up the others. A
-// socket with nothing queued (a stale event) reads none.
+// still bounded so that a flooding socket cannot hold up the others. So
+// is every socket of a full batch: more sockets are ready than a round
+// takes, epoll reports each only every few rounds, and the worker is
+// behind on all of them. A socket with nothing queued (a stale event)
+// reads none.
 func (b *rxBatch) read(s *sock) int {
-	behind := s.served == b.round-1
+	behind := b.busy || s.served == b.round-1
 	s.served = b.round
 	var n int
 	if behind && !readOne {
