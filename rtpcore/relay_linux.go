@@ -18,8 +18,9 @@ import (
 // holding the sockets of the legs given to it, and a thread of its own
 // (runtime.LockOSThread) that waits in epoll_wait on that set as a raw
 // system call, bounded by relayWait. Once woken it reads every ready
-// socket, one datagram each (a leg's socket holds one packet per 20 ms),
-// and relays them. Thousands of sockets thus cost a few threads and one
+// socket, one datagram each (a leg's socket holds one packet per 20 ms;
+// one that has fallen behind, up to rxBatchLen: see rxBatch.read), and
+// relays them. Thousands of sockets thus cost a few threads and one
 // wake-up per batch rather than one per packet, and a packet wakes its
 // relay thread straight from the kernel: no hand-off through the
 // runtime's network poller, no futex wake of another thread, no goroutine
