@@ -18,8 +18,9 @@ import (
 // holding the sockets of the legs given to it, and a thread of its own
 // (runtime.LockOSThread) that waits in epoll_wait on that set as a raw
 // system call, bounded by relayWait. Once woken it reads every ready
-// socket, one datagram each (a leg's socket holds one packet per 20 ms),
-// and relays them. Thousands of sockets thus cost a few threads and one
+// socket, one datagram each (a leg's socket holds one packet per 20 ms;
+// one that has fallen behind, up to rxBatchLen: see rxBatch.read), and
+// relays them. Thousands of sockets thus cost a few threads and one
 // wake-up per batch rather than one per packet, and a packet wakes its
 // relay thread straight from the kernel: no hand-off through the
 // runtime's network poller, no futex wake of another thread, no goroutine
@@ -147,8 +148,7 @@ type worker struct {
 	// Used by the worker's goroutine only.
 	events []unix.EpollEvent
 	ready  []*sock // the sockets of events, looked up under mu once per batch
-	buf    []byte
-	from   unix.RawSockaddrAny
+	rx     rxBatch
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -201,7 +201,6 @@ func newWorker(log *slog.Logger) (*worker, error) {
 		done:   make(chan struct{}),
 		events: make([]unix.EpollEvent, maxEvents),
 		ready:  make([]*sock, maxEvents),
-		buf:    make([]byte, maxPacket),
 	}, nil
 }
 
@@ -283,7 +282,8 @@ func pause(d time.Duration) {
 	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// serve reads one datagram from each ready socket and relays it. It
+// serve reads each ready socket, for what it has queued when it has
+// fallen behind (see rxBatch.read), and relays it. It
 // reports whether the worker is to stop. The packets of a batch share one
 // arrival time: they were all queued by the time the batch began.
 func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
@@ -296,6 +296,7 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 		}
 	}
 	w.mu.Unlock()
+	w.rx.next(len(events))
 	for i, s := range ready {
 		ready[i] = nil
 		if events[i].Fd == wakeSlot {
@@ -308,12 +309,15 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 			continue
 		}
 		// A stale event for a slot reused since finds nothing to read.
-		n, src, e := s.recvFrom(w.buf, &w.from)
-		if e == 0 {
+		// A socket that has fallen behind is read for what it has
+		// queued, up to rxBatchLen, its datagrams relayed in order.
+		n := w.rx.read(s)
+		for j := range n {
+			pkt, src := w.rx.packet(j)
 			if s.rtcp {
-				s.leg.handleRTCP(w.buf[:n], src)
+				s.leg.handleRTCP(pkt, src)
 			} else {
-				s.leg.handle(w.buf[:n], src, now)
+				s.leg.handle(pkt, src, now)
 			}
 		}
 		s.release()

@@ -73,12 +73,21 @@ func TestMain(m *testing.M) {
 // opens that many raw UDP sockets on the phones' address, as SIPp's
 // play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
 // makes the relay's non-blocking calls ordinary system calls again (see
-// rawCall). PBX_BENCH_SIDE=1 adds a side probe standing for the rest of
-// the process (see sideProbe): its round-trip and the GC's
-// stop-the-world p99.
+// rawCall); PBX_RELAY_READ_ONE=1 makes the workers read one datagram per
+// ready socket per round again (see readOne). PBX_BENCH_SIDE=1 adds a side
+// probe standing for the rest of the process (see sideProbe): its
+// round-trip and the GC's stop-the-world p99.
+//
+// Beside the calls runs a probe (issue 16's side-by-side has one): one
+// more bridged call whose phone sends every PBX_BENCH_PROBE_MS (default
+// 5, four times a call's rate; 0: no probe) one way; its latency, jitter
+// and loss are reported apart (probe-*), as they show a worker that
+// serves a socket no faster than a 20 ms leg: the probe's packets queue
+// in its socket and its latency grows for as long as the phase lasts.
 func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
+	readOne = os.Getenv("PBX_RELAY_READ_ONE") == "1"
 	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
 		relayPause = time.Duration(us) * time.Microsecond
 	}
@@ -87,9 +96,19 @@ func BenchmarkRelayProcess(b *testing.B) {
 		relayNice = n
 	}
 	for _, c := range []struct {
+		name                string
 		calls, secs, rounds int
-	}{{envInt("PBX_BENCH_CALLS", 1000), secs, rounds}, {2000, envInt("PBX_BENCH_HOLD", 5), 1}} {
-		b.Run(fmt.Sprintf("calls=%d", c.calls), func(b *testing.B) {
+		slow                bool // rounds of slowRound (see below)
+	}{
+		{"", envInt("PBX_BENCH_CALLS", 1000), secs, rounds, false},
+		{"", 2000, envInt("PBX_BENCH_HOLD", 5), 1, false},
+		{fmt.Sprintf(",round=%v", slowRound), slowCalls, secs, 1, true},
+	} {
+		b.Run(fmt.Sprintf("calls=%d%s", c.calls, c.name), func(b *testing.B) {
+			if c.slow {
+				defer func(p time.Duration) { relayPause = p }(relayPause)
+				relayPause = slowRound
+			}
 			var sum procPhase
 			for b.Loop() {
 				sum = runRelayProcess(b, c.calls, time.Duration(c.secs)*time.Second, c.rounds)
@@ -104,9 +123,26 @@ func BenchmarkRelayProcess(b *testing.B) {
 				b.ReportMetric(float64(sum.SideRTT99)/1e3, "side-rtt-p99-µs")
 				b.ReportMetric(float64(sum.GCStop99)/1e3, "gc-stop-p99-µs")
 			}
+			if sum.ProbeSent > 0 {
+				b.ReportMetric(100*float64(max(sum.ProbeSent-sum.ProbeRecvd, 0))/float64(sum.ProbeSent), "probe-loss-%")
+				b.ReportMetric(float64(sum.ProbeVar99)/1e3, "probe-jitter-p99-µs")
+				b.ReportMetric(float64(sum.ProbeLat99)/1e3, "probe-lat-p99-µs")
+			}
 		})
 	}
 }
+
+// The sub-benchmark calls=25,round=15ms is a worker near saturation at
+// little cost to the machine: a saturated worker's round through its
+// ready sockets takes tens of milliseconds (issue 16: 2,000 calls on 2
+// cores), which a pause of slowRound after each (small) batch stands in
+// for. A 20 ms leg still has at most one packet queued per round; the
+// probe has three or four, and a worker that reads one per socket per
+// round lets its queue, and its latency, grow for as long as it runs.
+const (
+	slowRound = 15 * time.Millisecond
+	slowCalls = 25 // sockets below pauseBelow: every batch pauses
+)
 
 // procPhase is what one measured phase found; durations in nanoseconds.
 type procPhase struct {
@@ -118,6 +154,10 @@ type procPhase struct {
 	SwitchPerPkt float64 // its context switches per packet relayed
 	SideRTT99    int64   // p99 of the side probe's round trips (PBX_BENCH_SIDE)
 	GCStop99     int64   // p99 of the time the runtime took to stop the world for GC
+
+	// The probe's stream, apart from the calls' (see BenchmarkRelayProcess).
+	ProbeSent, ProbeRecvd  int64
+	ProbeLat99, ProbeVar99 int64
 }
 
 // switches is how many context switches the process's threads have made
@@ -146,7 +186,8 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$", "-test.bench=^$")
-	cmd.Env = append(os.Environ(), phonesEnv+"="+strconv.Itoa(calls))
+	probe := envInt(probeEnv, 5)
+	cmd.Env = append(os.Environ(), phonesEnv+"="+strconv.Itoa(calls), probeEnv+"="+strconv.Itoa(probe))
 	cmd.Stderr = os.Stderr
 	toChild, err := cmd.StdinPipe()
 	if err != nil {
@@ -172,8 +213,12 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		return lines.Text()
 	}
 	phonePorts := strings.Fields(readLine())
-	if len(phonePorts) != 2*calls {
-		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), calls)
+	pairs := calls // the calls and the probe's
+	if probe > 0 {
+		pairs++
+	}
+	if len(phonePorts) != 2*pairs {
+		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), pairs)
 	}
 
 	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1}, nil)
@@ -182,7 +227,7 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 	}
 	defer e.Close()
 	var legPorts []string
-	for i := range calls {
+	for i := range pairs {
 		s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i)})
 		if err != nil {
 			b.Fatal(err)
@@ -238,9 +283,10 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 			st.CPUPerPkt = int64(cpu) / st.Recvd
 			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
 		}
-		b.Logf("%d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt",
+		b.Logf("%d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
 			calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
-			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt)
+			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt,
+			st.ProbeSent, st.ProbeRecvd, time.Duration(st.ProbeLat99), time.Duration(st.ProbeVar99))
 		cpuSum += st.CPUPerPkt
 		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
 		worst.Sent += st.Sent
@@ -251,6 +297,10 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		worst.Max = max(worst.Max, st.Max)
 		worst.SideRTT99 = max(worst.SideRTT99, st.SideRTT99)
 		worst.GCStop99 = max(worst.GCStop99, st.GCStop99)
+		worst.ProbeSent += st.ProbeSent
+		worst.ProbeRecvd += st.ProbeRecvd
+		worst.ProbeLat99 = max(worst.ProbeLat99, st.ProbeLat99)
+		worst.ProbeVar99 = max(worst.ProbeVar99, st.ProbeVar99)
 	}
 	worst.CPUPerPkt = cpuSum / int64(rounds)
 	return worst
@@ -273,7 +323,8 @@ func rawUDPSockets() int {
 	return n
 }
 
-// procHist counts durations in 1 µs buckets up to 50 ms.
+// procHist counts durations in 1 µs buckets up to 50 ms; longer ones
+// count in the last.
 type procHist struct {
 	buckets [50000]atomic.Uint64
 	max     atomic.Int64
@@ -293,7 +344,8 @@ func (h *procHist) reset() {
 	h.max.Store(0)
 }
 
-// quantile is the upper edge of the bucket holding quantile q.
+// quantile is the upper edge of the bucket holding quantile q, or the
+// longest duration seen when that is the last bucket (50 ms or more).
 func (h *procHist) quantile(q float64) int64 {
 	var total uint64
 	for i := range h.buckets {
@@ -303,28 +355,54 @@ func (h *procHist) quantile(q float64) int64 {
 	var acc uint64
 	for i := range h.buckets {
 		if acc += h.buckets[i].Load(); acc > want {
+			if i == len(h.buckets)-1 {
+				break
+			}
 			return int64(i+1) * 1000
 		}
 	}
 	return h.max.Load()
 }
 
+// probeEnv, set to a period in milliseconds, gives the child's phones a
+// probe (see BenchmarkRelayProcess).
+const probeEnv = "PBX_BENCH_PROBE_MS"
+
 // procPhones is the child's shared measuring state.
 type procPhones struct {
-	sending     atomic.Bool  // packets sent are counted, and marked with phase
-	phase       atomic.Int32 // 1..255, the measured phase's mark
-	counting    atomic.Bool  // latency and jitter are measured
+	sending  atomic.Bool  // packets sent are counted, and marked with phase
+	phase    atomic.Int32 // 1..255, the measured phase's mark
+	counting atomic.Bool  // latency and jitter are measured
+	calls    procStream
+	probe    procStream
+}
+
+// procStream is what the phones count of a set of streams.
+type procStream struct {
 	sent, recvd atomic.Int64
 	lat, vari   procHist
 }
 
+func (s *procStream) reset() {
+	s.lat.reset()
+	s.vari.reset()
+	s.sent.Store(0)
+	s.recvd.Store(0)
+}
+
 // runProcPhones is the child's side of BenchmarkRelayProcess: it opens
-// 2*calls phone sockets and writes their ports as one line, reads the legs'
-// ports (one line, in the same order), then sends toward them and
-// measures what comes back. "start" begins a measured phase, "stop" ends
+// 2*calls phone sockets (and the probe's two, last, when probeEnv is
+// set) and writes their ports as one line, reads the legs' ports (one
+// line, in the same order), then sends toward them and measures what
+// comes back. "start" begins a measured phase, "stop" ends
 // it and writes its procPhase as one JSON line; end of input ends it.
 func runProcPhones(calls int, in io.Reader, out io.Writer) error {
-	conns := make([]*net.UDPConn, 2*calls)
+	probe := envInt(probeEnv, 0)
+	pairs := calls
+	if probe > 0 {
+		pairs++
+	}
+	conns := make([]*net.UDPConn, 2*pairs)
 	var ports []string
 	for i := range conns {
 		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(procPhoneIP, 0)))
@@ -370,35 +448,39 @@ func runProcPhones(calls int, in io.Reader, out io.Writer) error {
 		defer closeRaw()
 	}
 	ph := new(procPhones)
-	for _, c := range conns {
-		go ph.receive(c)
+	for _, c := range conns[:2*calls] {
+		go ph.receive(c, &ph.calls)
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	shards := min(len(conns), 2*runtime.GOMAXPROCS(0))
+	shards := min(2*calls, 2*runtime.GOMAXPROCS(0))
 	start := time.Now()
 	for g := range shards {
-		go ph.send(conns, to, g, shards, start, stop)
+		go ph.send(conns[:2*calls], to, g, shards, start, stop)
+	}
+	if probe > 0 {
+		go ph.receive(conns[2*calls+1], &ph.probe)
+		go ph.sendProbe(conns[2*calls], to[2*calls], time.Duration(probe)*time.Millisecond, stop)
 	}
 	for lines.Scan() {
 		switch lines.Text() {
 		case "start":
-			ph.lat.reset()
-			ph.vari.reset()
-			ph.sent.Store(0)
-			ph.recvd.Store(0)
+			ph.calls.reset()
+			ph.probe.reset()
 			ph.phase.Store(ph.phase.Load()%255 + 1)
 			ph.counting.Store(true)
 			ph.sending.Store(true)
 		case "stop":
 			ph.sending.Store(false)
 			// Packets sent in the phase may still be on their way.
-			for d := time.Now().Add(time.Second); ph.recvd.Load() < ph.sent.Load() && time.Now().Before(d); {
+			for d := time.Now().Add(time.Second); ph.calls.recvd.Load()+ph.probe.recvd.Load() < ph.calls.sent.Load()+ph.probe.sent.Load() && time.Now().Before(d); {
 				time.Sleep(5 * time.Millisecond)
 			}
 			ph.counting.Store(false)
-			st := procPhase{Sent: ph.sent.Load(), Recvd: ph.recvd.Load(), Lat50: ph.lat.quantile(0.5), Lat99: ph.lat.quantile(0.99),
-				Var99: ph.vari.quantile(0.99), Max: ph.lat.max.Load()}
+			c, p := &ph.calls, &ph.probe
+			st := procPhase{Sent: c.sent.Load(), Recvd: c.recvd.Load(), Lat50: c.lat.quantile(0.5), Lat99: c.lat.quantile(0.99),
+				Var99: c.vari.quantile(0.99), Max: c.lat.max.Load(),
+				ProbeSent: p.sent.Load(), ProbeRecvd: p.recvd.Load(), ProbeLat99: p.lat.quantile(0.99), ProbeVar99: p.vari.quantile(0.99)}
 			js, _ := json.Marshal(st)
 			fmt.Fprintln(out, string(js))
 		}
@@ -457,26 +539,47 @@ func (ph *procPhones) send(conns []*net.UDPConn, to []netip.AddrPort, g, shards 
 		case now := <-tick.C:
 			for cur := int64(now.Sub(start) / time.Millisecond); next <= cur; next++ {
 				for _, i := range bySlot[next%slots] {
-					AppendHeader(pkt[:0], false, PayloadPCMA, seqs[i], uint32(seqs[i])*160, uint32(i+1))
+					ph.sendOne(conns[i], to[i], pkt, seqs[i], uint32(i+1), &ph.calls)
 					seqs[i]++
-					counted := ph.sending.Load()
-					pkt[HeaderLen+8] = 0
-					if counted {
-						pkt[HeaderLen+8] = byte(ph.phase.Load()) // counted by the receiver too
-					}
-					binary.BigEndian.PutUint64(pkt[HeaderLen:], uint64(time.Now().UnixNano()))
-					if _, err := conns[i].WriteToUDPAddrPort(pkt, to[i]); err == nil && counted {
-						ph.sent.Add(1)
-					}
 				}
 			}
 		}
 	}
 }
 
-// receive reads what the relay sends to phone c: the latency is the
-// kernel's receive timestamp less the send time in the payload.
-func (ph *procPhones) receive(c *net.UDPConn) {
+// sendProbe sends the probe's stream from c to to, a packet every every.
+func (ph *procPhones) sendProbe(c *net.UDPConn, to netip.AddrPort, every time.Duration, stop chan struct{}) {
+	pkt := make([]byte, HeaderLen+160)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for seq := uint16(0); ; seq++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			ph.sendOne(c, to, pkt, seq, 0x9e0be, &ph.probe)
+		}
+	}
+}
+
+// sendOne sends one packet of a stream in pkt: its send time and, while
+// a phase is measured, the phase's mark in the payload.
+func (ph *procPhones) sendOne(c *net.UDPConn, to netip.AddrPort, pkt []byte, seq uint16, ssrc uint32, st *procStream) {
+	AppendHeader(pkt[:0], false, PayloadPCMA, seq, uint32(seq)*160, ssrc)
+	counted := ph.sending.Load()
+	pkt[HeaderLen+8] = 0
+	if counted {
+		pkt[HeaderLen+8] = byte(ph.phase.Load()) // counted by the receiver too
+	}
+	binary.BigEndian.PutUint64(pkt[HeaderLen:], uint64(time.Now().UnixNano()))
+	if _, err := c.WriteToUDPAddrPort(pkt, to); err == nil && counted {
+		st.sent.Add(1)
+	}
+}
+
+// receive reads what the relay sends to phone c into st: the latency is
+// the kernel's receive timestamp less the send time in the payload.
+func (ph *procPhones) receive(c *net.UDPConn, st *procStream) {
 	buf := make([]byte, 2048)
 	oob := make([]byte, unix.CmsgSpace(16))
 	var lastSeq uint16
@@ -494,13 +597,13 @@ func (ph *procPhones) receive(c *net.UDPConn) {
 		l := rx - int64(binary.BigEndian.Uint64(buf[HeaderLen:]))
 		seq := binary.BigEndian.Uint16(buf[2:])
 		if m := buf[HeaderLen+8]; m != 0 && int32(m) == ph.phase.Load() {
-			ph.recvd.Add(1)
+			st.recvd.Add(1)
 		}
 		if ph.counting.Load() {
-			ph.lat.add(l)
+			st.lat.add(l)
 			if have && seq == lastSeq+1 {
 				d := l - lastLat
-				ph.vari.add(max(d, -d))
+				st.vari.add(max(d, -d))
 			}
 		}
 		lastSeq, lastLat, have = seq, l, true

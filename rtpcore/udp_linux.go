@@ -29,6 +29,8 @@ type sock struct {
 	w    *worker
 	slot int32 // index in w.socks while registered, guarded by w.mu
 	reg  bool  // registered with w, guarded by w.mu
+
+	served uint32 // w's round that last read it (see rxBatch.read), w's only
 }
 
 const sockClosed = 1 << 40
@@ -183,20 +185,108 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	}
 }
 
-// recvFrom reads one datagram into buf without waiting; sa is scratch
-// space for the source address.
-func (s *sock) recvFrom(buf []byte, sa *unix.RawSockaddrAny) (int, netip.AddrPort, syscall.Errno) {
+// recvOne reads one datagram into b's first buffer without waiting.
+func (s *sock) recvOne(b *rxBatch) (int, syscall.Errno) {
 	for {
 		salen := uint32(unix.SizeofSockaddrAny)
-		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(sa)), uintptr(unsafe.Pointer(&salen)))
+		n, _, e := rawCall(unix.SYS_RECVFROM, uintptr(s.fd), uintptr(unsafe.Pointer(&b.bufs[0][0])), maxPacket, unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&b.names[0])), uintptr(unsafe.Pointer(&salen)))
 		if e == unix.EINTR {
 			continue
 		}
 		if e != 0 {
-			return 0, netip.AddrPort{}, e
+			return 0, e
 		}
-		return int(n), sockaddrPort(sa), 0
+		b.hdrs[0].Len = uint32(n)
+		return 1, 0
 	}
+}
+
+// readOne makes a relay worker read one datagram per ready socket per
+// round, as it did before rxBatch.read; BenchmarkRelayProcess sets it
+// (PBX_RELAY_READ_ONE=1) to compare both in one binary.
+var readOne bool
+
+// rxBatchLen is how many datagrams a relay worker takes from a ready
+// socket that has fallen behind, per round (see rxBatch.read).
+const rxBatchLen = 8
+
+// rxBatch is a relay worker's receive vector for recvmmsg(2): buffers,
+// source addresses and headers owned by the worker and reused for every
+// socket it reads.
+type rxBatch struct {
+	hdrs  [rxBatchLen]unix.Mmsghdr
+	iovs  [rxBatchLen]unix.Iovec
+	names [rxBatchLen]unix.RawSockaddrAny
+	bufs  [rxBatchLen][maxPacket]byte
+	init  bool   // hdrs point at iovs, names and bufs
+	round uint32 // the worker's rounds (epoll_wait batches) so far
+	busy  bool   // the current round's batch is full (see read)
+}
+
+// next starts a round of events ready sockets.
+func (b *rxBatch) next(events int) {
+	b.round++
+	b.busy = events >= maxEvents
+}
+
+// read takes the datagrams of a ready socket of the worker's current
+// round; packet returns each. A leg's socket mostly holds one packet (one
+// per 20 ms) and is not ready in consecutive rounds: it is read with one
+// recvfrom. One that was ready in the round before too has fallen behind
+// (a burst, a phone sending every 5 or 10 ms, a scheduling hiccup, rounds
+// slowed by a busy worker), and reading one datagram per round would
+// serve it no faster than a 20 ms leg while its queue, the delay of its
+// audio, grew without bound: it is read for up to rxBatchLen at once with
+// one recvmmsg (which costs more than recvfrom for a single datagram),
+// still bounded so that a flooding socket cannot hold up the others. So
+// is every socket of a full batch: more sockets are ready than a round
+// takes, epoll reports each only every few rounds, and the worker is
+// behind on all of them. A socket with nothing queued (a stale event)
+// reads none.
+func (b *rxBatch) read(s *sock) int {
+	behind := b.busy || s.served == b.round-1
+	s.served = b.round
+	var n int
+	if behind && !readOne {
+		n, _ = s.recvBatch(b)
+	} else {
+		n, _ = s.recvOne(b)
+	}
+	return n
+}
+
+// recvBatch reads up to rxBatchLen datagrams queued on s, in arrival
+// order, without waiting.
+func (s *sock) recvBatch(b *rxBatch) (int, syscall.Errno) {
+	if !b.init {
+		for i := range b.hdrs {
+			b.iovs[i].Base = &b.bufs[i][0]
+			b.iovs[i].SetLen(maxPacket)
+			h := &b.hdrs[i].Hdr
+			h.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+			h.Iov = &b.iovs[i]
+			h.SetIovlen(1)
+		}
+		b.init = true
+	}
+	for i := range b.hdrs {
+		b.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrAny
+	}
+	for {
+		n, _, e := rawCall(unix.SYS_RECVMMSG, uintptr(s.fd), uintptr(unsafe.Pointer(&b.hdrs[0])), rxBatchLen, unix.MSG_DONTWAIT, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), 0
+	}
+}
+
+// packet is the i-th datagram of the last read and its source.
+func (b *rxBatch) packet(i int) ([]byte, netip.AddrPort) {
+	return b.bufs[i][:b.hdrs[i].Len], sockaddrPort(&b.names[i])
 }
 
 // sockaddrPort decodes a kernel socket address; the zone of a link-local
