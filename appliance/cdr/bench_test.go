@@ -436,12 +436,11 @@ func BenchmarkSpareCreate(b *testing.B) {
 			cpu0 := cpuUsed(b)
 			s.spares.refill(inflight, min(b.N-made, spareStock))
 			spent += cpuUsed(b) - cpu0
-			for p := s.spares.take(inflight); p != ""; p = s.spares.take(inflight) {
-				// Used as a record file is: renamed out of the in-flight directory.
+			for p := s.spares.takeFresh(inflight); p != ""; p = s.spares.takeFresh(inflight) {
+				// Used as a record file is: renamed into its day.
 				if err := os.Rename(p, filepath.Join(day, strconv.Itoa(made)+recordExt)); err != nil {
 					b.Fatal(err)
 				}
-				s.spares.settle(inflight, p, false)
 				made++
 			}
 		}

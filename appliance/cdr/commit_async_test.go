@@ -3,7 +3,7 @@ package cdr
 import (
 	"errors"
 	"os"
-	"strings"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -160,9 +160,9 @@ func TestCommitThenDiskFull(t *testing.T) {
 }
 
 // TestCommitThenWritesIntoSpares: after a commit, the committer stocks
-// spare files in the tenant's in-flight directory, and the next record
-// file is one of them renamed into its day (no inode allocated on the
-// call's goroutine), with the record's bytes.
+// spare files in a stock directory of the tenant's in-flight directory,
+// and the next record file is one of them renamed into its day (no inode
+// allocated on the call's goroutine), with the record's bytes.
 func TestCommitThenWritesIntoSpares(t *testing.T) {
 	s := newTestStore(t, nil, nil)
 	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -173,18 +173,12 @@ func TestCommitThenWritesIntoSpares(t *testing.T) {
 	})
 	s.Flush()
 	inodes := map[uint64]bool{}
-	ents, err := os.ReadDir(s.inflightDir("acme"))
+	stocks, err := filepath.Glob(filepath.Join(s.inflightDir("acme"), stockDir+"-*", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), spareName) {
-			fi, err := e.Info()
-			if err != nil {
-				t.Fatal(err)
-			}
-			inodes[fi.Sys().(*syscall.Stat_t).Ino] = true
-		}
+	for _, p := range stocks {
+		inodes[inodeOf(p)] = true
 	}
 	if len(inodes) < 8 {
 		t.Fatalf("%d spares stocked, want at least 8", len(inodes))

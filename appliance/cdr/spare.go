@@ -47,10 +47,12 @@ type spares struct {
 }
 
 type spareDir struct {
-	ready []string // spare files on disk, free to take
+	ready []string // parked markers (spare names) on disk, free to take
 	idle  []string // names free, holding no file of ours
 	made  int      // names made so far
-	stock string   // where refill creates spares (stockPath); "" until the first
+	stock string   // where new spares are created (stockPath); "" until the first
+	fresh []string // empty files in stock, free to take
+	made2 int      // names made in stock so far
 }
 
 func (sp *spares) dir(d string) *spareDir {
@@ -111,11 +113,12 @@ func (sp *spares) settle(dir, p string, ready bool) {
 	}
 }
 
-// writeInto writes data into the spare file p and renames it to path
-// (holding ns, when not nil, for the rename). It reports false, having
-// written nothing at path, when the spare is gone or cannot be written;
-// the caller then writes the file the ordinary way.
-func writeInto(p, path string, data []byte, ns *sync.Mutex) bool {
+// writeInto writes data into the spare file p (empty: known to be empty,
+// not cut to length after) and renames it to path (holding ns, when not
+// nil, for the rename). It reports false, having written nothing at path,
+// when the spare is gone or cannot be written; the caller then writes the
+// file the ordinary way.
+func writeInto(p, path string, data []byte, empty bool, ns *sync.Mutex) bool {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
@@ -125,7 +128,7 @@ func writeInto(p, path string, data []byte, ns *sync.Mutex) bool {
 		return false
 	}
 	err = sysWriteAt(fd, p, data, 0)
-	if err == nil {
+	if err == nil && !empty {
 		err = unix.Ftruncate(fd, int64(len(data)))
 	}
 	if cerr := sysClose(fd, p); err == nil {
@@ -147,43 +150,115 @@ func writeInto(p, path string, data []byte, ns *sync.Mutex) bool {
 	return true
 }
 
-// spareStock bounds how many spares the committer keeps ready in each
+// spareStock bounds how many new spares the committer keeps ready in each
 // in-flight directory it has committed records of (four times the
 // tenant's records in its last batch, at least 8): a record file is
-// written into a spare and renamed into its day directory, so that the
-// call's goroutine allocates no inode. Creating a file was most of the
-// cost of a commit (ext4 skips recently freed inodes one by one), and
+// written into a new spare and renamed into its day directory, so that
+// the call's goroutine allocates no inode. Creating a file was most of
+// the cost of a commit (ext4 skips recently freed inodes one by one), and
 // under the day directory's lock (dirSync.ns) commits ending at once
 // queued behind it: at 1,500 calls/s on a busy disk over a thousand call
 // goroutines waited there, each holding its INVITE transaction.
 const spareStock = 256
 
-// refill creates empty spare files in dir until want (at most
-// spareStock) are ready, or every name is taken. It reports whether dir
-// holds some.
+// refill creates empty spare files in the stock directory of dir until
+// want (at most spareStock) are ready. It reports whether dir has spares
+// of either kind.
 func (sp *spares) refill(dir string, want int) bool {
 	sp.mu.Lock()
 	sd := sp.dir(dir)
-	need := min(want, spareStock) - len(sd.ready)
-	if sd.stock == "" && need > 0 {
-		sd.stock = stockPath(dir)
-	}
-	stock := sd.stock
+	need := min(want, spareStock) - len(sd.fresh)
 	sp.mu.Unlock()
 	for range need {
-		p := sp.name(dir)
-		if p == "" {
+		p, err := sp.create(dir)
+		if err != nil {
 			break
 		}
-		if err := makeSpare(stock, p); err != nil {
-			sp.settle(dir, p, false)
-			break
-		}
-		sp.settle(dir, p, true)
+		sp.mu.Lock()
+		sd.fresh = append(sd.fresh, p)
+		sp.mu.Unlock()
 	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	return len(sp.dir(dir).ready) > 0
+	return len(sd.fresh)+len(sd.ready) > 0
+}
+
+// create makes a new empty spare file in the stock directory of dir (the
+// first one makes that directory, dir marked a top directory) and
+// returns its path.
+func (sp *spares) create(dir string) (string, error) {
+	sp.mu.Lock()
+	sd := sp.dir(dir)
+	if sd.stock == "" {
+		sd.stock = stockPath(dir)
+	}
+	sd.made2++
+	stock, p := sd.stock, filepath.Join(sd.stock, strconv.Itoa(sd.made2))
+	sp.mu.Unlock()
+	fd, err := sysOpen(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, fileMode)
+	if errors.Is(err, fs.ErrNotExist) {
+		markTopDir(dir)
+		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+		fd, err = sysOpen(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, fileMode)
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := sysClose(fd, p); err != nil {
+		os.Remove(p)
+		return "", err
+	}
+	return p, nil
+}
+
+// put writes data at path, in the in-flight directory dir or a day
+// directory, through a spare file of dir renamed there (holding ns, when
+// not nil, for the rename): for a marker (parked) one a committed call's
+// marker left, else a new one; for a record file a new one first, so
+// that the parked ones stay for the markers. A new one is created on the
+// spot when the stock is empty. It reports false, having written nothing
+// at path, when none could be written; the caller then writes the file
+// the ordinary way.
+func (sp *spares) put(dir, path string, data []byte, parked bool, ns *sync.Mutex) bool {
+	if parked {
+		if p := sp.take(dir); p != "" {
+			ok := writeInto(p, path, data, false, ns)
+			sp.settle(dir, p, false)
+			if ok {
+				return true
+			}
+		}
+	}
+	if p := sp.takeFresh(dir); p != "" && writeInto(p, path, data, true, ns) {
+		return true
+	}
+	if p, err := sp.create(dir); err == nil && writeInto(p, path, data, true, ns) {
+		return true
+	}
+	if !parked {
+		if p := sp.take(dir); p != "" {
+			ok := writeInto(p, path, data, false, ns)
+			sp.settle(dir, p, false)
+			return ok
+		}
+	}
+	return false
+}
+
+// takeFresh returns a new spare of dir's stock, or "" when there is none.
+func (sp *spares) takeFresh(dir string) string {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	n := len(sd.fresh)
+	if n == 0 {
+		return ""
+	}
+	p := sd.fresh[n-1]
+	sd.fresh = sd.fresh[:n-1]
+	return p
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
@@ -214,6 +289,7 @@ func (sp *spares) drop(dir string) {
 	ready := sd.ready
 	sd.ready = nil
 	sd.idle = append(sd.idle, ready...)
+	sd.fresh = nil
 	sp.mu.Unlock()
 	for _, p := range ready {
 		os.Remove(p)
@@ -224,12 +300,12 @@ func (sp *spares) drop(dir string) {
 }
 
 // stockDir prefixes the directories, under an in-flight directory, where
-// refill creates spares before renaming them in: creating a file holds
-// its directory's lock while the file system looks for a free inode,
-// which took long enough (hundreds of microseconds, recently freed inodes
-// skipped one by one) to hold up the markers' and records' renames in the
-// in-flight directory. Recovery skips directories there and removes
-// these.
+// new spares are created, and from where they are renamed straight to
+// their record file or marker: creating a file holds its directory's
+// lock while the file system looks for a free inode, which took long
+// enough (hundreds of microseconds, recently freed inodes skipped one by
+// one) to hold up the markers' renames in the in-flight directory.
+// Recovery skips directories there and removes these.
 //
 // Each store names its own with a random suffix, and the in-flight
 // directory is marked a top directory (topdir.go), so that ext4 places
@@ -260,30 +336,4 @@ func removeStocks(dir string) {
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
-}
-
-// makeSpare creates an empty file in stock and renames it to p. The
-// first makes stock, its in-flight directory marked a top directory.
-func makeSpare(stock, p string) error {
-	tmp := filepath.Join(stock, filepath.Base(p))
-	fd, err := sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
-	if errors.Is(err, fs.ErrNotExist) {
-		markTopDir(filepath.Dir(stock))
-		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-		fd, err = sysOpen(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC, fileMode)
-	}
-	if err != nil {
-		return err
-	}
-	if err := sysClose(fd, tmp); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := sysRename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

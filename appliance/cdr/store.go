@@ -235,15 +235,11 @@ func (s *Store) writeMarker(n *Record) error {
 	// every MarkerSyncInterval, one syscall for every marker in between.
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
-	if p := s.spares.take(dir); p != "" {
-		ok := writeInto(p, path, data, nil)
-		s.spares.settle(dir, p, false)
-		if ok {
-			s.markersDirty.Store(true)
-			return nil
-		}
+	if s.spares.put(dir, path, data, true, nil) {
+		s.markersDirty.Store(true)
+		return nil
 	}
-	// No spare, or it failed (with a spare, the directory exists).
+	// No spare could be written (the directory may be missing).
 	if err := ensureDir(dir); err != nil {
 		return fmt.Errorf("marker directory: %w", err)
 	}
@@ -441,16 +437,9 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 // writeFromSpare writes the record file final in dir, not durably, from
 // a spare file of the tenant's in-flight directory, which the committer
 // keeps stocked (spareStock): no inode is allocated. It reports false,
-// having written nothing, when there is none.
+// having written nothing, when none could be written.
 func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) bool {
-	sdir := s.inflightDir(tenant)
-	p := s.spares.take(sdir)
-	if p == "" {
-		return false
-	}
-	ok := writeInto(p, final, data, &s.dirSyncs.of(dir).ns)
-	s.spares.settle(sdir, p, false)
-	return ok
+	return s.spares.put(s.inflightDir(tenant), final, data, false, &s.dirSyncs.of(dir).ns)
 }
 
 // makeDurable returns once the record file final that writeFile wrote is
