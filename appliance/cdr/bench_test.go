@@ -436,9 +436,10 @@ func BenchmarkSpareCreate(b *testing.B) {
 			cpu0 := cpuUsed(b)
 			s.spares.refill(inflight, min(b.N-made, spareStock))
 			spent += cpuUsed(b) - cpu0
-			for p := s.spares.takeFresh(inflight); p != ""; p = s.spares.takeFresh(inflight) {
+			for f, ok := s.spares.takeFresh(inflight); ok; f, ok = s.spares.takeFresh(inflight) {
 				// Used as a record file is: renamed into its day.
-				if err := os.Rename(p, filepath.Join(day, strconv.Itoa(made)+recordExt)); err != nil {
+				syscall.Close(f.fd)
+				if err := os.Rename(f.path, filepath.Join(day, strconv.Itoa(made)+recordExt)); err != nil {
 					b.Fatal(err)
 				}
 				made++

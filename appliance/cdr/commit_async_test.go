@@ -124,6 +124,28 @@ func TestCommitThenTwice(t *testing.T) {
 	if !errors.Is(got, ErrCommitted) {
 		t.Fatalf("second commit: %v, want ErrCommitted", got)
 	}
+	// With spares stocked, the record file is renamed from one without a
+	// lookup first: the rename refuses to replace the committed file.
+	r2 := call("acme", time.Date(2026, 11, 21, 12, 1, 0, 0, time.UTC), false, "+15551230001", "+15559870002")
+	s.CommitThen(r2, func(err error) { got = err })
+	s.Flush()
+	if got != nil {
+		t.Fatal(got)
+	}
+	path := s.RecordPath(r2.Tenant, r2.ID, r2.Start)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.To = "+15550000000"
+	s.CommitThen(r2, func(err error) { got = err })
+	if !errors.Is(got, ErrCommitted) {
+		t.Fatalf("second commit with spares: %v, want ErrCommitted", got)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+		t.Fatalf("committed record file changed by a refused commit: %v\n%s\n%s", err, before, after)
+	}
+	committedOnce(t, s, r2)
 }
 
 // TestCommitThenDiskFull: a step that fails on the committer (the index

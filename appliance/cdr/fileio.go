@@ -3,6 +3,7 @@ package cdr
 import (
 	"errors"
 	"io/fs"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,4 +92,34 @@ func sysRename(oldpath, newpath string) error {
 		}
 		return nil
 	}
+}
+
+// noReplaceUnsupported is set once the file system refused
+// RENAME_NOREPLACE; renameNoReplace then looks the target up first.
+var noReplaceUnsupported atomic.Bool
+
+// renameNoReplace renames oldpath to newpath unless newpath exists, when
+// it fails with errCommitted: one system call where a lookup and a rename
+// were two (a file system without RENAME_NOREPLACE gets the two).
+func renameNoReplace(oldpath, newpath string) error {
+	for !noReplaceUnsupported.Load() {
+		err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EEXIST:
+			return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
+		case unix.EINVAL, unix.ENOSYS:
+			noReplaceUnsupported.Store(true)
+		default:
+			return &fs.PathError{Op: "rename", Path: oldpath + " " + newpath, Err: err}
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(newpath, &st); err == nil {
+		return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
+	}
+	return sysRename(oldpath, newpath)
 }

@@ -51,7 +51,7 @@ type spareDir struct {
 	idle  []string // names free, holding no file of ours
 	made  int      // names made so far
 	stock string   // where new spares are created (stockPath); "" until the first
-	fresh []string // empty files in stock, free to take
+	fresh []spare  // empty files in stock, open, free to take
 	made2 int      // names made in stock so far
 }
 
@@ -113,52 +113,75 @@ func (sp *spares) settle(dir, p string, ready bool) {
 	}
 }
 
-// writeInto writes data into the spare file p (empty: known to be empty,
-// not cut to length after) and renames it to path (holding ns, when not
-// nil, for the rename). It reports false, having written nothing at path,
-// when the spare is gone or cannot be written; the caller then writes the
-// file the ordinary way.
-func writeInto(p, path string, data []byte, empty bool, ns *sync.Mutex) bool {
+// spare is a spare file: a parked marker (fd -1: not open) or a new
+// empty file in the stock directory, kept open from its creation.
+type spare struct {
+	path string
+	fd   int
+}
+
+// errCommitted reports a rename without replacement that found its
+// target (a record file) in place.
+var errCommitted = errors.New("target exists")
+
+// writeInto writes data into spare f and renames it to path (holding ns,
+// when not nil, for the rename; with noReplace, failing with errCommitted
+// when path exists). A new spare is known empty and not cut to length
+// after. It reports false, having written nothing at path, when the
+// spare is gone or cannot be written (it is then removed); the caller
+// then writes the file the ordinary way.
+func writeInto(f spare, path string, data []byte, noReplace bool, ns *sync.Mutex) (bool, error) {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
 	// new data (auto_da_alloc), two block device requests per marker.
-	fd, err := sysOpen(p, unix.O_WRONLY, fileMode)
-	if err != nil {
-		return false
+	empty := f.fd >= 0
+	fd, err := f.fd, error(nil)
+	if !empty {
+		if fd, err = sysOpen(f.path, unix.O_WRONLY, fileMode); err != nil {
+			return false, nil
+		}
 	}
-	err = sysWriteAt(fd, p, data, 0)
+	err = sysWriteAt(fd, f.path, data, 0)
 	if err == nil && !empty {
 		err = unix.Ftruncate(fd, int64(len(data)))
 	}
-	if cerr := sysClose(fd, p); err == nil {
+	if cerr := sysClose(fd, f.path); err == nil {
 		err = cerr
 	}
 	if err == nil {
 		if ns != nil {
 			ns.Lock()
 		}
-		err = sysRename(p, path)
+		if noReplace {
+			err = renameNoReplace(f.path, path)
+		} else {
+			err = sysRename(f.path, path)
+		}
 		if ns != nil {
 			ns.Unlock()
 		}
 	}
 	if err != nil {
-		os.Remove(p)
-		return false
+		os.Remove(f.path)
+		if errors.Is(err, errCommitted) {
+			return false, err
+		}
+		return false, nil
 	}
-	return true
+	return true, nil
 }
 
 // spareStock bounds how many new spares the committer keeps ready in each
 // in-flight directory it has committed records of (four times the
-// tenant's records in its last batch, at least 8): a record file is
-// written into a new spare and renamed into its day directory, so that
-// the call's goroutine allocates no inode. Creating a file was most of
-// the cost of a commit (ext4 skips recently freed inodes one by one), and
-// under the day directory's lock (dirSync.ns) commits ending at once
-// queued behind it: at 1,500 calls/s on a busy disk over a thousand call
-// goroutines waited there, each holding its INVITE transaction.
+// tenant's records in its last batch, at least 8), each an open file: a
+// record file is written into a new spare and renamed into its day
+// directory, so that the call's goroutine allocates no inode. Creating a
+// file was most of the cost of a commit (ext4 skips recently freed inodes
+// one by one), and under the day directory's lock (dirSync.ns) commits
+// ending at once queued behind it: at 1,500 calls/s on a busy disk over a
+// thousand call goroutines waited there, each holding its INVITE
+// transaction.
 const spareStock = 256
 
 // refill creates empty spare files in the stock directory of dir until
@@ -170,12 +193,12 @@ func (sp *spares) refill(dir string, want int) bool {
 	need := min(want, spareStock) - len(sd.fresh)
 	sp.mu.Unlock()
 	for range need {
-		p, err := sp.create(dir)
+		f, err := sp.create(dir)
 		if err != nil {
 			break
 		}
 		sp.mu.Lock()
-		sd.fresh = append(sd.fresh, p)
+		sd.fresh = append(sd.fresh, f)
 		sp.mu.Unlock()
 	}
 	sp.mu.Lock()
@@ -185,8 +208,8 @@ func (sp *spares) refill(dir string, want int) bool {
 
 // create makes a new empty spare file in the stock directory of dir (the
 // first one makes that directory, dir marked a top directory) and
-// returns its path.
-func (sp *spares) create(dir string) (string, error) {
+// returns it, open.
+func (sp *spares) create(dir string) (spare, error) {
 	sp.mu.Lock()
 	sd := sp.dir(dir)
 	if sd.stock == "" {
@@ -195,70 +218,76 @@ func (sp *spares) create(dir string) (string, error) {
 	sd.made2++
 	stock, p := sd.stock, filepath.Join(sd.stock, strconv.Itoa(sd.made2))
 	sp.mu.Unlock()
-	fd, err := sysOpen(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, fileMode)
+	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL
+	fd, err := sysOpen(p, flags, fileMode)
 	if errors.Is(err, fs.ErrNotExist) {
 		markTopDir(dir)
 		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-			return "", err
+			return spare{}, err
 		}
-		fd, err = sysOpen(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, fileMode)
+		fd, err = sysOpen(p, flags, fileMode)
 	}
 	if err != nil {
-		return "", err
+		return spare{}, err
 	}
-	if err := sysClose(fd, p); err != nil {
-		os.Remove(p)
-		return "", err
-	}
-	return p, nil
+	return spare{p, fd}, nil
 }
 
 // put writes data at path, in the in-flight directory dir or a day
 // directory, through a spare file of dir renamed there (holding ns, when
 // not nil, for the rename): for a marker (parked) one a committed call's
 // marker left, else a new one; for a record file a new one first, so
-// that the parked ones stay for the markers. A new one is created on the
-// spot when the stock is empty. It reports false, having written nothing
-// at path, when none could be written; the caller then writes the file
-// the ordinary way.
-func (sp *spares) put(dir, path string, data []byte, parked bool, ns *sync.Mutex) bool {
+// that the parked ones stay for the markers, renamed only when path does
+// not exist (errCommitted otherwise). A new one is created on the spot
+// when the stock is empty. It reports false, having written nothing at
+// path, when none could be written; the caller then writes the file the
+// ordinary way.
+func (sp *spares) put(dir, path string, data []byte, parked bool, ns *sync.Mutex) (bool, error) {
+	noReplace := !parked
 	if parked {
 		if p := sp.take(dir); p != "" {
-			ok := writeInto(p, path, data, false, ns)
+			ok, _ := writeInto(spare{p, -1}, path, data, false, ns)
 			sp.settle(dir, p, false)
 			if ok {
-				return true
+				return true, nil
 			}
 		}
 	}
-	if p := sp.takeFresh(dir); p != "" && writeInto(p, path, data, true, ns) {
-		return true
+	f, ok := sp.takeFresh(dir)
+	if !ok {
+		var err error
+		if f, err = sp.create(dir); err != nil {
+			f.fd = -2
+		}
 	}
-	if p, err := sp.create(dir); err == nil && writeInto(p, path, data, true, ns) {
-		return true
+	if f.fd != -2 {
+		if ok, err := writeInto(f, path, data, noReplace, ns); ok || err != nil {
+			return ok, err
+		}
 	}
 	if !parked {
 		if p := sp.take(dir); p != "" {
-			ok := writeInto(p, path, data, false, ns)
+			ok, err := writeInto(spare{p, -1}, path, data, true, ns)
 			sp.settle(dir, p, false)
-			return ok
+			return ok, err
 		}
 	}
-	return false
+	return false, nil
 }
 
-// takeFresh returns a new spare of dir's stock, or "" when there is none.
-func (sp *spares) takeFresh(dir string) string {
+// takeFresh returns a new spare of dir's stock, or false when there is
+// none.
+func (sp *spares) takeFresh(dir string) (spare, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sd := sp.dir(dir)
 	n := len(sd.fresh)
 	if n == 0 {
-		return ""
+		return spare{}, false
 	}
-	p := sd.fresh[n-1]
+	f := sd.fresh[n-1]
 	sd.fresh = sd.fresh[:n-1]
-	return p
+	return f, true
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
@@ -289,8 +318,12 @@ func (sp *spares) drop(dir string) {
 	ready := sd.ready
 	sd.ready = nil
 	sd.idle = append(sd.idle, ready...)
+	fresh := sd.fresh
 	sd.fresh = nil
 	sp.mu.Unlock()
+	for _, f := range fresh {
+		unix.Close(f.fd)
+	}
 	for _, p := range ready {
 		os.Remove(p)
 	}

@@ -219,13 +219,20 @@ func (s *Store) Answered(r *Record) error {
 	return nil
 }
 
+// encodeBufs holds the buffers markers and record files are encoded into
+// on their way to disk (the journal copies what it keeps), so that a
+// call allocates none.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
 // writeMarker writes the in-flight marker of n, a normalized record.
 func (s *Store) writeMarker(n *Record) error {
 	dir := s.inflightDir(n.Tenant)
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), n)
+	buf := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(buf)
+	data, err := appendRecord((*buf)[:0], n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
 	}
@@ -235,7 +242,8 @@ func (s *Store) writeMarker(n *Record) error {
 	// every MarkerSyncInterval, one syscall for every marker in between.
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
-	if s.spares.put(dir, path, data, true, nil) {
+	*buf = data[:0] // kept grown
+	if ok, _ := s.spares.put(dir, path, data, true, nil); ok {
 		s.markersDirty.Store(true)
 		return nil
 	}
@@ -391,14 +399,20 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 	if err := s.step("record", final); err != nil {
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), n)
+	buf := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(buf)
+	data, err := appendRecord((*buf)[:0], n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
 	data = append(data, '\n')
+	*buf = data[:0] // kept grown
 	// The day directory is made when a write finds it missing, which
 	// spares a stat a call.
 	write := func(durable bool) error {
+		if _, err := os.Lstat(final); err == nil {
+			return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+		}
 		err := writeAtomicSync(final, data, durable, &s.dirSyncs)
 		if errors.Is(err, fs.ErrNotExist) {
 			if err := ensureDir(dir); err != nil {
@@ -419,7 +433,12 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	j.begin() // a journal sync starting now waits for this append
-	if !s.writeFromSpare(n.Tenant, dir, final, data) {
+	ok, err := s.writeFromSpare(n.Tenant, dir, final, data)
+	if err != nil {
+		j.end()
+		return nil, 0, fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+	}
+	if !ok {
 		if err := write(false); err != nil {
 			j.end()
 			return nil, 0, err
@@ -437,8 +456,9 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 // writeFromSpare writes the record file final in dir, not durably, from
 // a spare file of the tenant's in-flight directory, which the committer
 // keeps stocked (spareStock): no inode is allocated. It reports false,
-// having written nothing, when none could be written.
-func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) bool {
+// having written nothing, when none could be written, and errCommitted
+// when final exists (the rename does not replace it: no lookup first).
+func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) (bool, error) {
 	return s.spares.put(s.inflightDir(tenant), final, data, false, &s.dirSyncs.of(dir).ns)
 }
 
