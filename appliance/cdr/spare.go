@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,15 +45,37 @@ const spareName = ".spare-"
 type spares struct {
 	mu   sync.Mutex
 	dirs map[string]*spareDir
+	// held are the files of the markers of calls in progress, by path,
+	// kept open from the marker's write to its parking, so that neither
+	// opens its file again; open counts the files held here and in the
+	// ready lists, bounded by maxOpen.
+	held map[string]spare
+	open int
 }
 
+// maxOpen bounds the open files spares keeps for markers (of calls in
+// progress and parked): beyond, a marker's file is closed after its
+// write and opened again by path for the next (maxSpares bounds those).
+// Opening a parked spare by its path was the largest cost of an answered
+// call's marker on the reference machine (BenchmarkAnsweredCommit).
+const maxOpen = 4096
+
 type spareDir struct {
-	ready []string // parked markers (spare names) on disk, free to take
+	ready []spare  // parked markers (spare names) on disk, free to take
 	idle  []string // names free, holding no file of ours
 	made  int      // names made so far
 	stock string   // where new spares are created (stockPath); "" until the first
 	fresh []spare  // empty files in stock, open, free to take
 	made2 int      // names made in stock so far
+}
+
+// spare is a spare file: a parked marker, or a new empty file in the
+// stock directory, open (fd) or not (-1), holding size bytes (-1: not
+// known).
+type spare struct {
+	path string
+	fd   int
+	size int
 }
 
 func (sp *spares) dir(d string) *spareDir {
@@ -67,19 +90,22 @@ func (sp *spares) dir(d string) *spareDir {
 	return sd
 }
 
-// take returns a spare file of dir to write a marker into, or "" when
-// there is none. The caller settles the name once done with it.
-func (sp *spares) take(dir string) string {
+// take returns a parked spare of dir to write into, or false when there
+// is none. The caller settles its name once done with it.
+func (sp *spares) take(dir string) (spare, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sd := sp.dir(dir)
 	n := len(sd.ready)
 	if n == 0 {
-		return ""
+		return spare{}, false
 	}
-	p := sd.ready[n-1]
+	f := sd.ready[n-1]
 	sd.ready = sd.ready[:n-1]
-	return p
+	if f.fd >= 0 {
+		sp.open--
+	}
+	return f, true
 }
 
 // name returns a spare name of dir holding no spare, or "" when every
@@ -100,24 +126,65 @@ func (sp *spares) name(dir string) string {
 	return filepath.Join(dir, spareName+strconv.Itoa(sd.made))
 }
 
-// settle gives back name p of dir, taken by take or name: holding an
-// spare ready to take, or free again (no file of ours under it).
-func (sp *spares) settle(dir, p string, ready bool) {
+// settle gives back name p of dir, taken by take or name: free again, no
+// file of ours under it.
+func (sp *spares) settle(dir, p string) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sd := sp.dir(dir)
-	if ready {
-		sd.ready = append(sd.ready, p)
-	} else {
-		sd.idle = append(sd.idle, p)
-	}
+	sd.idle = append(sd.idle, p)
 }
 
-// spare is a spare file: a parked marker (fd -1: not open) or a new
-// empty file in the stock directory, kept open from its creation.
-type spare struct {
-	path string
-	fd   int
+// park makes f, a file of dir now under a spare name, ready to take,
+// closing it when maxOpen files are open.
+func (sp *spares) park(dir string, f spare) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if f.fd >= 0 {
+		if sp.open >= maxOpen {
+			unix.Close(f.fd)
+			f.fd = -1
+		} else {
+			sp.open++
+		}
+	}
+	sd := sp.dir(dir)
+	sd.ready = append(sd.ready, f)
+}
+
+// hold keeps f, the open file of the marker at path, until the marker is
+// parked, closing the one held for an earlier version of it; f is closed
+// instead when maxOpen files are open.
+func (sp *spares) hold(path string, f spare) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if old, ok := sp.held[path]; ok {
+		delete(sp.held, path)
+		unix.Close(old.fd)
+		sp.open--
+	}
+	if sp.open >= maxOpen {
+		unix.Close(f.fd)
+		return
+	}
+	if sp.held == nil {
+		sp.held = map[string]spare{}
+	}
+	sp.held[path] = f
+	sp.open++
+}
+
+// release returns the file held for the marker at path (fd -1: none).
+func (sp *spares) release(path string) spare {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	f, ok := sp.held[path]
+	if !ok {
+		return spare{path: path, fd: -1, size: -1}
+	}
+	delete(sp.held, path)
+	sp.open--
+	return f
 }
 
 // errCommitted reports a rename without replacement that found its
@@ -126,28 +193,26 @@ var errCommitted = errors.New("target exists")
 
 // writeInto writes data into spare f and renames it to path (holding ns,
 // when not nil, for the rename; with noReplace, failing with errCommitted
-// when path exists). A new spare is known empty and not cut to length
-// after. It reports false, having written nothing at path, when the
-// spare is gone or cannot be written (it is then removed); the caller
-// then writes the file the ordinary way.
-func writeInto(f spare, path string, data []byte, noReplace bool, ns *sync.Mutex) (bool, error) {
+// when path exists). The file is opened when f is not open, cut to
+// length only when it may hold more than data, and with keep left open
+// (returned, named path); otherwise closed. It reports false, having
+// written nothing at path, when the spare is gone or cannot be written
+// (it is then removed); the caller then writes the file the ordinary way.
+func writeInto(f spare, path string, data []byte, noReplace, keep bool, ns *sync.Mutex) (spare, bool, error) {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
 	// new data (auto_da_alloc), two block device requests per marker.
-	empty := f.fd >= 0
-	fd, err := f.fd, error(nil)
-	if !empty {
-		if fd, err = sysOpen(f.path, unix.O_WRONLY, fileMode); err != nil {
-			return false, nil
+	var err error
+	if f.fd < 0 {
+		if f.fd, err = sysOpen(f.path, unix.O_WRONLY, fileMode); err != nil {
+			return spare{}, false, nil
 		}
+		f.size = -1
 	}
-	err = sysWriteAt(fd, f.path, data, 0)
-	if err == nil && !empty {
-		err = unix.Ftruncate(fd, int64(len(data)))
-	}
-	if cerr := sysClose(fd, f.path); err == nil {
-		err = cerr
+	err = sysWriteAt(f.fd, f.path, data, 0)
+	if err == nil && (f.size < 0 || f.size > len(data)) {
+		err = unix.Ftruncate(f.fd, int64(len(data)))
 	}
 	if err == nil {
 		if ns != nil {
@@ -163,13 +228,18 @@ func writeInto(f spare, path string, data []byte, noReplace bool, ns *sync.Mutex
 		}
 	}
 	if err != nil {
+		sysClose(f.fd, f.path)
 		os.Remove(f.path)
 		if errors.Is(err, errCommitted) {
-			return false, err
+			return spare{}, false, err
 		}
-		return false, nil
+		return spare{}, false, nil
 	}
-	return true, nil
+	if keep {
+		return spare{path, f.fd, len(data)}, true, nil
+	}
+	sysClose(f.fd, path) // written and in place: nothing left to report
+	return spare{}, true, nil
 }
 
 // spareStock bounds how many new spares the committer keeps ready in each
@@ -230,29 +300,47 @@ func (sp *spares) create(dir string) (spare, error) {
 	if err != nil {
 		return spare{}, err
 	}
-	return spare{p, fd}, nil
+	return spare{p, fd, 0}, nil
 }
 
-// put writes data at path, in the in-flight directory dir or a day
-// directory, through a spare file of dir renamed there (holding ns, when
-// not nil, for the rename): for a marker (parked) one a committed call's
-// marker left, else a new one; for a record file a new one first, so
-// that the parked ones stay for the markers, renamed only when path does
-// not exist (errCommitted otherwise). A new one is created on the spot
-// when the stock is empty. It reports false, having written nothing at
-// path, when none could be written; the caller then writes the file the
-// ordinary way.
-func (sp *spares) put(dir, path string, data []byte, parked bool, ns *sync.Mutex) (bool, error) {
-	noReplace := !parked
-	if parked {
-		if p := sp.take(dir); p != "" {
-			ok, _ := writeInto(spare{p, -1}, path, data, false, ns)
-			sp.settle(dir, p, false)
-			if ok {
-				return true, nil
-			}
+// putMarker writes the marker data at path, in the in-flight directory
+// dir, through a spare file of dir renamed there: one a committed call's
+// marker left, else a new one (created on the spot when the stock is
+// empty). The file is kept open until the marker is parked. It reports
+// false, having written nothing at path, when none could be written; the
+// caller then writes the file the ordinary way.
+func (sp *spares) putMarker(dir, path string, data []byte) bool {
+	if f, ok := sp.take(dir); ok {
+		name := f.path
+		kept, ok, _ := writeInto(f, path, data, false, true, nil)
+		sp.settle(dir, name)
+		if ok {
+			sp.hold(path, kept)
+			return true
 		}
 	}
+	f, ok := sp.takeFresh(dir)
+	if !ok {
+		var err error
+		if f, err = sp.create(dir); err != nil {
+			return false
+		}
+	}
+	kept, ok, _ := writeInto(f, path, data, false, true, nil)
+	if ok {
+		sp.hold(path, kept)
+	}
+	return ok
+}
+
+// putRecord writes the record file data at path, in a day directory,
+// through a spare file of dir renamed there (holding ns for the rename)
+// only when path does not exist (errCommitted otherwise): a new one
+// first (created on the spot when the stock is empty), so that the
+// parked ones stay for the markers. It reports false, having written
+// nothing at path, when none could be written; the caller then writes
+// the file the ordinary way.
+func (sp *spares) putRecord(dir, path string, data []byte, ns *sync.Mutex) (bool, error) {
 	f, ok := sp.takeFresh(dir)
 	if !ok {
 		var err error
@@ -261,16 +349,15 @@ func (sp *spares) put(dir, path string, data []byte, parked bool, ns *sync.Mutex
 		}
 	}
 	if f.fd != -2 {
-		if ok, err := writeInto(f, path, data, noReplace, ns); ok || err != nil {
+		if _, ok, err := writeInto(f, path, data, true, false, ns); ok || err != nil {
 			return ok, err
 		}
 	}
-	if !parked {
-		if p := sp.take(dir); p != "" {
-			ok, err := writeInto(spare{p, -1}, path, data, true, ns)
-			sp.settle(dir, p, false)
-			return ok, err
-		}
+	if f, ok := sp.take(dir); ok {
+		name := f.path
+		_, ok, err := writeInto(f, path, data, true, false, ns)
+		sp.settle(dir, name)
+		return ok, err
 	}
 	return false, nil
 }
@@ -291,16 +378,22 @@ func (sp *spares) takeFresh(dir string) (spare, bool) {
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
-// spare name of its directory (no call data is lost: its record is committed), or
-// removed when no name is free. A marker already gone is no error.
+// spare name of its directory (no call data is lost: its record is
+// committed) and parked with its file still open, or removed when no
+// name is free. A marker already gone is no error.
 func (sp *spares) removeMarker(path string) error {
 	dir := filepath.Dir(path)
+	f := sp.release(path)
 	if p := sp.name(dir); p != "" {
 		if err := sysRename(path, p); err == nil {
-			sp.settle(dir, p, true)
+			f.path = p
+			sp.park(dir, f)
 			return nil
 		}
-		sp.settle(dir, p, false)
+		sp.settle(dir, p)
+	}
+	if f.fd >= 0 {
+		unix.Close(f.fd)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -315,17 +408,22 @@ func (sp *spares) removeMarker(path string) error {
 func (sp *spares) drop(dir string) {
 	sp.mu.Lock()
 	sd := sp.dir(dir)
-	ready := sd.ready
-	sd.ready = nil
-	sd.idle = append(sd.idle, ready...)
-	fresh := sd.fresh
-	sd.fresh = nil
-	sp.mu.Unlock()
-	for _, f := range fresh {
-		unix.Close(f.fd)
+	ready, fresh := sd.ready, sd.fresh
+	sd.ready, sd.fresh = nil, nil
+	for _, f := range ready {
+		sd.idle = append(sd.idle, f.path)
+		if f.fd >= 0 {
+			sp.open--
+		}
 	}
-	for _, p := range ready {
-		os.Remove(p)
+	sp.mu.Unlock()
+	for _, f := range slices.Concat(ready, fresh) {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
+		}
+	}
+	for _, f := range ready {
+		os.Remove(f.path)
 	}
 	// And where refill makes them (this store's and those of earlier
 	// runs): empty unless a crash left one.

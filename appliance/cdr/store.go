@@ -243,11 +243,15 @@ func (s *Store) writeMarker(n *Record) error {
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
 	*buf = data[:0] // kept grown
-	if ok, _ := s.spares.put(dir, path, data, true, nil); ok {
+	if s.spares.putMarker(dir, path, data) {
 		s.markersDirty.Store(true)
 		return nil
 	}
-	// No spare could be written (the directory may be missing).
+	// No spare could be written (the directory may be missing); the file
+	// held open for an earlier version of the marker is replaced.
+	if f := s.spares.release(path); f.fd >= 0 {
+		unix.Close(f.fd)
+	}
 	if err := ensureDir(dir); err != nil {
 		return fmt.Errorf("marker directory: %w", err)
 	}
@@ -459,7 +463,7 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 // having written nothing, when none could be written, and errCommitted
 // when final exists (the rename does not replace it: no lookup first).
 func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) (bool, error) {
-	return s.spares.put(s.inflightDir(tenant), final, data, false, &s.dirSyncs.of(dir).ns)
+	return s.spares.putRecord(s.inflightDir(tenant), final, data, &s.dirSyncs.of(dir).ns)
 }
 
 // makeDurable returns once the record file final that writeFile wrote is
