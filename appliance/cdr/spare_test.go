@@ -78,3 +78,47 @@ func TestMarkerFilesReused(t *testing.T) {
 	}
 	commit(t, s, r)
 }
+
+// TestMarkerRewrittenWhileHeld: a marker rewritten (Answered again) is
+// the new version; the marker files stay open between calls (spares.held,
+// parked), and each later call's marker, longer and shorter in turn,
+// reads whole, with no byte of another call's.
+func TestMarkerRewrittenWhileHeld(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	for i := range 12 {
+		to := strings.Repeat("9", 10+(i%3)*15)
+		r := call("acme", start.Add(time.Duration(i)*time.Second), true, "100", to)
+		if err := s.Answered(r); err != nil {
+			t.Fatal(err)
+		}
+		r.To = to + "1234567"
+		if i%2 == 1 {
+			r.To = to[:5]
+		}
+		if err := s.Answered(r); err != nil {
+			t.Fatal(err)
+		}
+		m := s.MarkerPath("acme", r.ID)
+		got, err := readRecord(m)
+		if err != nil || got.ID != r.ID || got.To != r.To {
+			t.Fatalf("call %d: marker %v %+v, want to %s", i, err, got, r.To)
+		}
+		s.CommitThen(r, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		s.Flush()
+		committedOnce(t, s, r)
+		if _, err := os.Stat(m); !os.IsNotExist(err) {
+			t.Fatalf("call %d: marker left: %v", i, err)
+		}
+	}
+	s.spares.mu.Lock()
+	held, open := len(s.spares.held), s.spares.open
+	s.spares.mu.Unlock()
+	if held != 0 || open == 0 || open > maxOpen {
+		t.Fatalf("after the calls: %d markers held, %d files open; want none held, the parked ones open", held, open)
+	}
+}
