@@ -95,15 +95,18 @@ func sysRename(oldpath, newpath string) error {
 }
 
 // noReplaceUnsupported is set once the file system refused
-// RENAME_NOREPLACE; renameNoReplace then looks the target up first.
+// RENAME_NOREPLACE; renameNoReplaceAt then looks the target up first.
 var noReplaceUnsupported atomic.Bool
 
-// renameNoReplace renames oldpath to newpath unless newpath exists, when
+// renameNoReplaceAt renames old to newpath unless newpath exists, when
 // it fails with errCommitted: one system call where a lookup and a rename
 // were two (a file system without RENAME_NOREPLACE gets the two).
-func renameNoReplace(oldpath, newpath string) error {
+//
+// old is relative to the directory open as odir (AT_FDCWD: the working
+// directory); oldpath names it in errors.
+func renameNoReplaceAt(odir int, old, oldpath, newpath string) error {
 	for !noReplaceUnsupported.Load() {
-		err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+		err := unix.Renameat2(odir, old, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
 		switch err {
 		case nil:
 			return nil
@@ -121,5 +124,36 @@ func renameNoReplace(oldpath, newpath string) error {
 	if err := unix.Lstat(newpath, &st); err == nil {
 		return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
 	}
-	return sysRename(oldpath, newpath)
+	return sysRenameAt(odir, old, unix.AT_FDCWD, newpath, oldpath, newpath)
+}
+
+// sysRenameAt renames old, relative to the directory open as odir, to
+// new, relative to ndir (AT_FDCWD: the working directory): no walk of
+// the directories' paths; oldpath and newpath name them in errors.
+func sysRenameAt(odir int, old string, ndir int, new, oldpath, newpath string) error {
+	for {
+		err := unix.Renameat(odir, old, ndir, new)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "rename", Path: oldpath + " " + newpath, Err: err}
+		}
+		return nil
+	}
+}
+
+// sysOpenAt opens name relative to the directory open as dir (AT_FDCWD:
+// the working directory) as sysOpen does; path names it in errors.
+func sysOpenAt(dir int, name, path string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags|unix.O_CLOEXEC, mode)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
+	}
 }

@@ -67,15 +67,30 @@ type spareDir struct {
 	stock string   // where new spares are created (stockPath); "" until the first
 	fresh []spare  // empty files in stock, open, free to take
 	made2 int      // names made in stock so far
+	// dirFD and stockFD are the in-flight and stock directories, open
+	// (-1: not yet), which renames and opens name files relative to: no
+	// walk of the data directory's path each time. Neither is closed: a
+	// spare may be using it (a stock directory removed by recovery leaves
+	// its descriptor behind, once a start).
+	dirFD, stockFD int
 }
 
 // spare is a spare file: a parked marker, or a new empty file in the
 // stock directory, open (fd) or not (-1), holding size bytes (-1: not
-// known).
+// known); dir is its directory, open (AT_FDCWD: not, path is used).
 type spare struct {
 	path string
 	fd   int
 	size int
+	dir  int
+}
+
+// rel is the name of f relative to f.dir.
+func (f spare) rel() string {
+	if f.dir == unix.AT_FDCWD {
+		return f.path
+	}
+	return filepath.Base(f.path)
 }
 
 func (sp *spares) dir(d string) *spareDir {
@@ -84,10 +99,34 @@ func (sp *spares) dir(d string) *spareDir {
 	}
 	sd := sp.dirs[d]
 	if sd == nil {
-		sd = &spareDir{}
+		sd = &spareDir{dirFD: -1, stockFD: -1}
 		sp.dirs[d] = sd
 	}
 	return sd
+}
+
+// openDir returns dir open (AT_FDCWD when it cannot be opened: a missing
+// directory is tried again next time).
+func (sp *spares) openDir(dir string) int {
+	sp.mu.Lock()
+	fd := sp.dir(dir).dirFD
+	sp.mu.Unlock()
+	if fd >= 0 {
+		return fd
+	}
+	fd, err := sysOpen(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return unix.AT_FDCWD
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	if sd.dirFD >= 0 {
+		unix.Close(fd) // another opened it meanwhile
+		return sd.dirFD
+	}
+	sd.dirFD = fd
+	return fd
 }
 
 // take returns a parked spare of dir to write into, or false when there
@@ -180,7 +219,7 @@ func (sp *spares) release(path string) spare {
 	defer sp.mu.Unlock()
 	f, ok := sp.held[path]
 	if !ok {
-		return spare{path: path, fd: -1, size: -1}
+		return spare{path: path, fd: -1, size: -1, dir: unix.AT_FDCWD}
 	}
 	delete(sp.held, path)
 	sp.open--
@@ -198,14 +237,17 @@ var errCommitted = errors.New("target exists")
 // (returned, named path); otherwise closed. It reports false, having
 // written nothing at path, when the spare is gone or cannot be written
 // (it is then removed); the caller then writes the file the ordinary way.
-func writeInto(f spare, path string, data []byte, noReplace, keep bool, ns *sync.Mutex) (spare, bool, error) {
+//
+// The rename names path relative to the directory open as pdir (AT_FDCWD:
+// not open), or the whole path without replacement.
+func writeInto(f spare, pdir int, path string, data []byte, noReplace, keep bool, ns *sync.Mutex) (spare, bool, error) {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
 	// new data (auto_da_alloc), two block device requests per marker.
 	var err error
 	if f.fd < 0 {
-		if f.fd, err = sysOpen(f.path, unix.O_WRONLY, fileMode); err != nil {
+		if f.fd, err = sysOpenAt(f.dir, f.rel(), f.path, unix.O_WRONLY, fileMode); err != nil {
 			return spare{}, false, nil
 		}
 		f.size = -1
@@ -218,10 +260,13 @@ func writeInto(f spare, path string, data []byte, noReplace, keep bool, ns *sync
 		if ns != nil {
 			ns.Lock()
 		}
-		if noReplace {
-			err = renameNoReplace(f.path, path)
-		} else {
-			err = sysRename(f.path, path)
+		switch {
+		case noReplace:
+			err = renameNoReplaceAt(f.dir, f.rel(), f.path, path)
+		case pdir == unix.AT_FDCWD:
+			err = sysRenameAt(f.dir, f.rel(), unix.AT_FDCWD, path, f.path, path)
+		default:
+			err = sysRenameAt(f.dir, f.rel(), pdir, filepath.Base(path), f.path, path)
 		}
 		if ns != nil {
 			ns.Unlock()
@@ -236,7 +281,7 @@ func writeInto(f spare, path string, data []byte, noReplace, keep bool, ns *sync
 		return spare{}, false, nil
 	}
 	if keep {
-		return spare{path, f.fd, len(data)}, true, nil
+		return spare{path, f.fd, len(data), pdir}, true, nil
 	}
 	sysClose(f.fd, path) // written and in place: nothing left to report
 	return spare{}, true, nil
@@ -286,21 +331,36 @@ func (sp *spares) create(dir string) (spare, error) {
 		sd.stock = stockPath(dir)
 	}
 	sd.made2++
-	stock, p := sd.stock, filepath.Join(sd.stock, strconv.Itoa(sd.made2))
+	stock, name, sfd := sd.stock, strconv.Itoa(sd.made2), sd.stockFD
 	sp.mu.Unlock()
+	p := filepath.Join(stock, name)
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL
-	fd, err := sysOpen(p, flags, fileMode)
+	open := func() (spare, error) {
+		if sfd < 0 {
+			fd, err := sysOpen(p, flags, fileMode)
+			return spare{p, fd, 0, unix.AT_FDCWD}, err
+		}
+		fd, err := sysOpenAt(sfd, name, p, flags, fileMode)
+		return spare{p, fd, 0, sfd}, err
+	}
+	f, err := open()
 	if errors.Is(err, fs.ErrNotExist) {
+		// No stock directory yet, or recovery removed it.
 		markTopDir(dir)
 		if err := os.Mkdir(stock, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
 			return spare{}, err
 		}
-		fd, err = sysOpen(p, flags, fileMode)
+		if fd, err := sysOpen(stock, unix.O_RDONLY|unix.O_DIRECTORY, 0); err == nil {
+			sp.mu.Lock()
+			sd.stockFD, sfd = fd, fd
+			sp.mu.Unlock()
+		}
+		f, err = open()
 	}
 	if err != nil {
 		return spare{}, err
 	}
-	return spare{p, fd, 0}, nil
+	return f, nil
 }
 
 // putMarker writes the marker data at path, in the in-flight directory
@@ -310,9 +370,10 @@ func (sp *spares) create(dir string) (spare, error) {
 // false, having written nothing at path, when none could be written; the
 // caller then writes the file the ordinary way.
 func (sp *spares) putMarker(dir, path string, data []byte) bool {
+	dfd := sp.openDir(dir)
 	if f, ok := sp.take(dir); ok {
 		name := f.path
-		kept, ok, _ := writeInto(f, path, data, false, true, nil)
+		kept, ok, _ := writeInto(f, dfd, path, data, false, true, nil)
 		sp.settle(dir, name)
 		if ok {
 			sp.hold(path, kept)
@@ -326,7 +387,7 @@ func (sp *spares) putMarker(dir, path string, data []byte) bool {
 			return false
 		}
 	}
-	kept, ok, _ := writeInto(f, path, data, false, true, nil)
+	kept, ok, _ := writeInto(f, dfd, path, data, false, true, nil)
 	if ok {
 		sp.hold(path, kept)
 	}
@@ -349,13 +410,13 @@ func (sp *spares) putRecord(dir, path string, data []byte, ns *sync.Mutex) (bool
 		}
 	}
 	if f.fd != -2 {
-		if _, ok, err := writeInto(f, path, data, true, false, ns); ok || err != nil {
+		if _, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, ns); ok || err != nil {
 			return ok, err
 		}
 	}
 	if f, ok := sp.take(dir); ok {
 		name := f.path
-		_, ok, err := writeInto(f, path, data, true, false, ns)
+		_, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, ns)
 		sp.settle(dir, name)
 		return ok, err
 	}
@@ -385,8 +446,12 @@ func (sp *spares) removeMarker(path string) error {
 	dir := filepath.Dir(path)
 	f := sp.release(path)
 	if p := sp.name(dir); p != "" {
-		if err := sysRename(path, p); err == nil {
-			f.path = p
+		dfd, old, new := sp.openDir(dir), path, p
+		if dfd != unix.AT_FDCWD {
+			old, new = filepath.Base(path), filepath.Base(p)
+		}
+		if err := sysRenameAt(dfd, old, dfd, new, path, p); err == nil {
+			f.path, f.dir = p, dfd
 			sp.park(dir, f)
 			return nil
 		}
