@@ -102,6 +102,9 @@ type Store struct {
 	fault func(step, path string) error
 
 	stats commitStats
+
+	lastDayMu sync.Mutex
+	lastDay   map[string]lastDay // by tenant (dayDir)
 }
 
 // New returns a Store over opts.DataDir. It creates nothing on disk.
@@ -169,8 +172,30 @@ func (s *Store) inflightDir(tenant string) string {
 }
 
 // dayDir is the day directory of a record of tenant that started at t.
+// The last one of each tenant is kept: a call's commit asks for it once
+// or twice, and formatting it is a few allocations.
 func (s *Store) dayDir(tenant string, t time.Time) string {
-	return s.dayDirOf(tenant, dateOf(t.In(s.location(tenant))))
+	d := dateOf(t.In(s.location(tenant)))
+	s.lastDayMu.Lock()
+	last, ok := s.lastDay[tenant]
+	s.lastDayMu.Unlock()
+	if ok && last.d == d {
+		return last.dir
+	}
+	dir := s.dayDirOf(tenant, d)
+	s.lastDayMu.Lock()
+	if s.lastDay == nil {
+		s.lastDay = map[string]lastDay{}
+	}
+	s.lastDay[tenant] = lastDay{d, dir}
+	s.lastDayMu.Unlock()
+	return dir
+}
+
+// lastDay is a tenant's day directory last asked for.
+type lastDay struct {
+	d   date
+	dir string
 }
 
 func (s *Store) dayDirOf(tenant string, d date) string {
