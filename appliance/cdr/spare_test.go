@@ -3,6 +3,7 @@ package cdr
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -120,5 +121,35 @@ func TestMarkerRewrittenWhileHeld(t *testing.T) {
 	s.spares.mu.Unlock()
 	if held != 0 || open == 0 || open > maxOpen {
 		t.Fatalf("after the calls: %d markers held, %d files open; want none held, the parked ones open", held, open)
+	}
+}
+
+// TestStockRotatesOnSlowCreations: a refill whose creations are slow
+// (here: any) moves the stock to a new directory, at most maxRotations
+// times; spares made in the directories given up still become record
+// files, each committed once.
+func TestStockRotatesOnSlowCreations(t *testing.T) {
+	oldSlow, oldEvery := slowCreate, rotateEvery
+	slowCreate, rotateEvery = 0, 0
+	defer func() { slowCreate, rotateEvery = oldSlow, oldEvery }()
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	var recs []*Record
+	for i := range 3 * (maxRotations + 2) {
+		r := call("acme", start.Add(time.Duration(i)*time.Second), false, "100", "200")
+		s.CommitThen(r, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		s.Flush() // a batch, and a refill, a commit
+		recs = append(recs, r)
+	}
+	for _, r := range recs {
+		committedOnce(t, s, r)
+	}
+	stocks, _ := filepath.Glob(filepath.Join(s.inflightDir("acme"), stockDir+"-*"))
+	if len(stocks) < 2 || len(stocks) > maxRotations+1 {
+		t.Fatalf("%d stock directories, want 2..%d", len(stocks), maxRotations+1)
 	}
 }
