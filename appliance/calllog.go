@@ -145,8 +145,7 @@ func recordOf(c *b2bua.CallInfo) *cdr.Record {
 			dir = calls.DirectionInbound
 		}
 	}
-	rec := cdr.NewRecord(c.Tenant, dir, c.Start)
-	rec.ID = cdr.ID(c.ID)
+	rec := cdr.NewRecordOf(cdr.ID(c.ID), c.Tenant, dir, c.Start)
 	rec.CallID = c.SIPCallID
 	rec.DialogID = c.DialogID
 	rec.From, rec.FromName = c.Calling()

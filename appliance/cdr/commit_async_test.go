@@ -3,7 +3,7 @@ package cdr
 import (
 	"errors"
 	"os"
-	"strings"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -124,6 +124,28 @@ func TestCommitThenTwice(t *testing.T) {
 	if !errors.Is(got, ErrCommitted) {
 		t.Fatalf("second commit: %v, want ErrCommitted", got)
 	}
+	// With spares stocked, the record file is renamed from one without a
+	// lookup first: the rename refuses to replace the committed file.
+	r2 := call("acme", time.Date(2026, 11, 21, 12, 1, 0, 0, time.UTC), false, "+15551230001", "+15559870002")
+	s.CommitThen(r2, func(err error) { got = err })
+	s.Flush()
+	if got != nil {
+		t.Fatal(got)
+	}
+	path := s.RecordPath(r2.Tenant, r2.ID, r2.Start)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.To = "+15550000000"
+	s.CommitThen(r2, func(err error) { got = err })
+	if !errors.Is(got, ErrCommitted) {
+		t.Fatalf("second commit with spares: %v, want ErrCommitted", got)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+		t.Fatalf("committed record file changed by a refused commit: %v\n%s\n%s", err, before, after)
+	}
+	committedOnce(t, s, r2)
 }
 
 // TestCommitThenDiskFull: a step that fails on the committer (the index
@@ -160,9 +182,9 @@ func TestCommitThenDiskFull(t *testing.T) {
 }
 
 // TestCommitThenWritesIntoSpares: after a commit, the committer stocks
-// spare files in the tenant's in-flight directory, and the next record
-// file is one of them renamed into its day (no inode allocated on the
-// call's goroutine), with the record's bytes.
+// spare files in a stock directory of the tenant's in-flight directory,
+// and the next record file is one of them renamed into its day (no inode
+// allocated on the call's goroutine), with the record's bytes.
 func TestCommitThenWritesIntoSpares(t *testing.T) {
 	s := newTestStore(t, nil, nil)
 	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -173,18 +195,12 @@ func TestCommitThenWritesIntoSpares(t *testing.T) {
 	})
 	s.Flush()
 	inodes := map[uint64]bool{}
-	ents, err := os.ReadDir(s.inflightDir("acme"))
+	stocks, err := filepath.Glob(filepath.Join(s.inflightDir("acme"), stockDir+"-*", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), spareName) {
-			fi, err := e.Info()
-			if err != nil {
-				t.Fatal(err)
-			}
-			inodes[fi.Sys().(*syscall.Stat_t).Ino] = true
-		}
+	for _, p := range stocks {
+		inodes[inodeOf(p)] = true
 	}
 	if len(inodes) < 8 {
 		t.Fatalf("%d spares stocked, want at least 8", len(inodes))

@@ -26,11 +26,12 @@
 // it; commits running at once share one. CommitThen, which the call log
 // uses, returns once the file is in place and journaled and finishes the
 // commit on the store's committer (commit_async.go): one fdatasync a
-// batch (at most every 10 ms), the index lines a day file at a time, the
+// batch (at most every 25 ms), the index lines a day file at a time, the
 // markers' removal, then its done callback; so a call's goroutine waits
 // neither for the disk nor behind other calls. Record files are written
-// into spare files the committer stocks (spare.go), so no inode is
-// allocated on a call's path either. So a committed record survives a
+// into spare files the committer stocks, kept open, in a stock directory
+// of a random name under inflight/ (spare.go), so no inode is allocated
+// on a call's path either, and the inodes come from a quiet block group. So a committed record survives a
 // killed process (its file is in place) and a power cut (Recover writes
 // again, from the journal, a record file the cut lost or tore). A record
 // file torn by a cut during a commit that had not returned (not yet in the

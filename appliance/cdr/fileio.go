@@ -3,6 +3,7 @@ package cdr
 import (
 	"errors"
 	"io/fs"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -90,5 +91,69 @@ func sysRename(oldpath, newpath string) error {
 			return &fs.PathError{Op: "rename", Path: oldpath + " " + newpath, Err: err}
 		}
 		return nil
+	}
+}
+
+// noReplaceUnsupported is set once the file system refused
+// RENAME_NOREPLACE; renameNoReplaceAt then looks the target up first.
+var noReplaceUnsupported atomic.Bool
+
+// renameNoReplaceAt renames old to newpath unless newpath exists, when
+// it fails with errCommitted: one system call where a lookup and a rename
+// were two (a file system without RENAME_NOREPLACE gets the two).
+//
+// old is relative to the directory open as odir (AT_FDCWD: the working
+// directory); oldpath names it in errors.
+func renameNoReplaceAt(odir int, old, oldpath, newpath string) error {
+	for !noReplaceUnsupported.Load() {
+		err := unix.Renameat2(odir, old, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+		switch err {
+		case nil:
+			return nil
+		case unix.EINTR:
+			continue
+		case unix.EEXIST:
+			return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
+		case unix.EINVAL, unix.ENOSYS:
+			noReplaceUnsupported.Store(true)
+		default:
+			return &fs.PathError{Op: "rename", Path: oldpath + " " + newpath, Err: err}
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(newpath, &st); err == nil {
+		return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
+	}
+	return sysRenameAt(odir, old, unix.AT_FDCWD, newpath, oldpath, newpath)
+}
+
+// sysRenameAt renames old, relative to the directory open as odir, to
+// new, relative to ndir (AT_FDCWD: the working directory): no walk of
+// the directories' paths; oldpath and newpath name them in errors.
+func sysRenameAt(odir int, old string, ndir int, new, oldpath, newpath string) error {
+	for {
+		err := unix.Renameat(odir, old, ndir, new)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "rename", Path: oldpath + " " + newpath, Err: err}
+		}
+		return nil
+	}
+}
+
+// sysOpenAt opens name relative to the directory open as dir (AT_FDCWD:
+// the working directory) as sysOpen does; path names it in errors.
+func sysOpenAt(dir int, name, path string, flags int, mode uint32) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, flags|unix.O_CLOEXEC, mode)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+		}
+		return fd, nil
 	}
 }

@@ -130,13 +130,13 @@ func mustJSON(t testing.TB, v any) []byte {
 }
 
 // markersIn counts the files of an in-flight directory other than spares
-// (spare.go): markers and temporary files.
+// (spare.go): markers and temporary files (not the stock directories).
 func markersIn(t *testing.T, dir string) int {
 	t.Helper()
 	es, _ := os.ReadDir(dir)
 	n := 0
 	for _, e := range es {
-		if !strings.HasPrefix(e.Name(), spareName) {
+		if !e.IsDir() && !strings.HasPrefix(e.Name(), spareName) {
 			n++
 		}
 	}

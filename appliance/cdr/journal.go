@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,7 @@ type journal struct {
 	seq     atomic.Uint64
 	ckpt    uint64 // entries up to this seq are in durable record files
 	flushFS func() error
+	buf     []byte // the entry being written, reused (no allocation a commit)
 
 	smu     sync.Mutex
 	cond    sync.Cond
@@ -144,7 +146,13 @@ func (j *journal) prepare(dir string) error {
 
 // encodeEntry frames rel and data as one entry of epoch.
 func encodeEntry(epoch uint64, rel string, data []byte) []byte {
-	buf := make([]byte, journalHeader, journalHeader+len(rel)+1+len(data))
+	return appendEntryTo(nil, epoch, rel, data)
+}
+
+// appendEntryTo is encodeEntry into buf's storage (reused: it is
+// overwritten, not appended to).
+func appendEntryTo(buf []byte, epoch uint64, rel string, data []byte) []byte {
+	buf = slices.Grow(buf[:0], journalHeader+len(rel)+1+len(data))[:journalHeader]
 	buf = append(buf, rel...)
 	buf = append(buf, '\n')
 	buf = append(buf, data...)
@@ -226,8 +234,8 @@ func (j *journal) append(rel string, data []byte) (uint64, error) {
 	if j.epoch == 0 {
 		j.epoch = 1
 	}
-	buf := encodeEntry(j.epoch, rel, data)
-	if _, err := j.f.WriteAt(buf, j.off); err != nil {
+	j.buf = appendEntryTo(j.buf, j.epoch, rel, data)
+	if _, err := j.f.WriteAt(j.buf, j.off); err != nil {
 		return 0, err
 	}
 	j.off += n

@@ -3,6 +3,8 @@ package cdr
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,6 +54,7 @@ func TestMarkerFilesReused(t *testing.T) {
 		t.Fatalf("20 calls one after another used %d marker inodes, want the first one or two reused", len(inodes))
 	}
 	es, _ := os.ReadDir(s.inflightDir("acme"))
+	es = slices.DeleteFunc(es, func(e os.DirEntry) bool { return e.IsDir() }) // the stock directory
 	if len(es) != 1 || !strings.HasPrefix(es[0].Name(), spareName) {
 		t.Fatalf("in-flight directory after the calls: %v, want one spare", es)
 	}
@@ -75,4 +78,78 @@ func TestMarkerFilesReused(t *testing.T) {
 		t.Fatalf("marker after recovery: %v %+v", err, got)
 	}
 	commit(t, s, r)
+}
+
+// TestMarkerRewrittenWhileHeld: a marker rewritten (Answered again) is
+// the new version; the marker files stay open between calls (spares.held,
+// parked), and each later call's marker, longer and shorter in turn,
+// reads whole, with no byte of another call's.
+func TestMarkerRewrittenWhileHeld(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	for i := range 12 {
+		to := strings.Repeat("9", 10+(i%3)*15)
+		r := call("acme", start.Add(time.Duration(i)*time.Second), true, "100", to)
+		if err := s.Answered(r); err != nil {
+			t.Fatal(err)
+		}
+		r.To = to + "1234567"
+		if i%2 == 1 {
+			r.To = to[:5]
+		}
+		if err := s.Answered(r); err != nil {
+			t.Fatal(err)
+		}
+		m := s.MarkerPath("acme", r.ID)
+		got, err := readRecord(m)
+		if err != nil || got.ID != r.ID || got.To != r.To {
+			t.Fatalf("call %d: marker %v %+v, want to %s", i, err, got, r.To)
+		}
+		s.CommitThen(r, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		s.Flush()
+		committedOnce(t, s, r)
+		if _, err := os.Stat(m); !os.IsNotExist(err) {
+			t.Fatalf("call %d: marker left: %v", i, err)
+		}
+	}
+	s.spares.mu.Lock()
+	held, open := len(s.spares.held), s.spares.open
+	s.spares.mu.Unlock()
+	if held != 0 || open == 0 || open > maxOpen {
+		t.Fatalf("after the calls: %d markers held, %d files open; want none held, the parked ones open", held, open)
+	}
+}
+
+// TestStockRotatesOnSlowCreations: a refill whose creations are slow
+// (here: any) moves the stock to a new directory, at most maxRotations
+// times; spares made in the directories given up still become record
+// files, each committed once.
+func TestStockRotatesOnSlowCreations(t *testing.T) {
+	oldSlow, oldEvery := slowCreate, rotateEvery
+	slowCreate, rotateEvery = 0, 0
+	defer func() { slowCreate, rotateEvery = oldSlow, oldEvery }()
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	var recs []*Record
+	for i := range 3 * (maxRotations + 2) {
+		r := call("acme", start.Add(time.Duration(i)*time.Second), false, "100", "200")
+		s.CommitThen(r, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		s.Flush() // a batch, and a refill, a commit
+		recs = append(recs, r)
+	}
+	for _, r := range recs {
+		committedOnce(t, s, r)
+	}
+	stocks, _ := filepath.Glob(filepath.Join(s.inflightDir("acme"), stockDir+"-*"))
+	if len(stocks) < 2 || len(stocks) > maxRotations+1 {
+		t.Fatalf("%d stock directories, want 2..%d", len(stocks), maxRotations+1)
+	}
 }

@@ -102,6 +102,9 @@ type Store struct {
 	fault func(step, path string) error
 
 	stats commitStats
+
+	lastDayMu sync.Mutex
+	lastDay   map[string]lastDay // by tenant (dayDir)
 }
 
 // New returns a Store over opts.DataDir. It creates nothing on disk.
@@ -169,8 +172,30 @@ func (s *Store) inflightDir(tenant string) string {
 }
 
 // dayDir is the day directory of a record of tenant that started at t.
+// The last one of each tenant is kept: a call's commit asks for it once
+// or twice, and formatting it is a few allocations.
 func (s *Store) dayDir(tenant string, t time.Time) string {
-	return s.dayDirOf(tenant, dateOf(t.In(s.location(tenant))))
+	d := dateOf(t.In(s.location(tenant)))
+	s.lastDayMu.Lock()
+	last, ok := s.lastDay[tenant]
+	s.lastDayMu.Unlock()
+	if ok && last.d == d {
+		return last.dir
+	}
+	dir := s.dayDirOf(tenant, d)
+	s.lastDayMu.Lock()
+	if s.lastDay == nil {
+		s.lastDay = map[string]lastDay{}
+	}
+	s.lastDay[tenant] = lastDay{d, dir}
+	s.lastDayMu.Unlock()
+	return dir
+}
+
+// lastDay is a tenant's day directory last asked for.
+type lastDay struct {
+	d   date
+	dir string
 }
 
 func (s *Store) dayDirOf(tenant string, d date) string {
@@ -219,13 +244,20 @@ func (s *Store) Answered(r *Record) error {
 	return nil
 }
 
+// encodeBufs holds the buffers markers and record files are encoded into
+// on their way to disk (the journal copies what it keeps), so that a
+// call allocates none.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
 // writeMarker writes the in-flight marker of n, a normalized record.
 func (s *Store) writeMarker(n *Record) error {
 	dir := s.inflightDir(n.Tenant)
 	if err := s.step("marker", dir); err != nil {
 		return fmt.Errorf("write marker %s: %w", n.ID, err)
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), n)
+	buf := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(buf)
+	data, err := appendRecord((*buf)[:0], n)
 	if err != nil {
 		return fmt.Errorf("encode marker %s: %w", n.ID, err)
 	}
@@ -235,15 +267,16 @@ func (s *Store) writeMarker(n *Record) error {
 	// every MarkerSyncInterval, one syscall for every marker in between.
 	path := filepath.Join(dir, string(n.ID)+recordExt)
 	data = append(data, '\n')
-	if p := s.spares.take(dir); p != "" {
-		ok := writeInto(p, path, data, nil)
-		s.spares.settle(dir, p, false)
-		if ok {
-			s.markersDirty.Store(true)
-			return nil
-		}
+	*buf = data[:0] // kept grown
+	if s.spares.putMarker(dir, path, data) {
+		s.markersDirty.Store(true)
+		return nil
 	}
-	// No spare, or it failed (with a spare, the directory exists).
+	// No spare could be written (the directory may be missing); the file
+	// held open for an earlier version of the marker is replaced.
+	if f := s.spares.release(path); f.fd >= 0 {
+		unix.Close(f.fd)
+	}
 	if err := ensureDir(dir); err != nil {
 		return fmt.Errorf("marker directory: %w", err)
 	}
@@ -395,14 +428,20 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 	if err := s.step("record", final); err != nil {
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
-	data, err := appendRecord(make([]byte, 0, 1024), n)
+	buf := encodeBufs.Get().(*[]byte)
+	defer encodeBufs.Put(buf)
+	data, err := appendRecord((*buf)[:0], n)
 	if err != nil {
 		return nil, 0, fmt.Errorf("encode record %s: %w", n.ID, err)
 	}
 	data = append(data, '\n')
+	*buf = data[:0] // kept grown
 	// The day directory is made when a write finds it missing, which
 	// spares a stat a call.
 	write := func(durable bool) error {
+		if _, err := os.Lstat(final); err == nil {
+			return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+		}
 		err := writeAtomicSync(final, data, durable, &s.dirSyncs)
 		if errors.Is(err, fs.ErrNotExist) {
 			if err := ensureDir(dir); err != nil {
@@ -423,7 +462,12 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
 	j.begin() // a journal sync starting now waits for this append
-	if !s.writeFromSpare(n.Tenant, dir, final, data) {
+	ok, err := s.writeFromSpare(n.Tenant, dir, final, data)
+	if err != nil {
+		j.end()
+		return nil, 0, fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)
+	}
+	if !ok {
 		if err := write(false); err != nil {
 			j.end()
 			return nil, 0, err
@@ -441,16 +485,10 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 // writeFromSpare writes the record file final in dir, not durably, from
 // a spare file of the tenant's in-flight directory, which the committer
 // keeps stocked (spareStock): no inode is allocated. It reports false,
-// having written nothing, when there is none.
-func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) bool {
-	sdir := s.inflightDir(tenant)
-	p := s.spares.take(sdir)
-	if p == "" {
-		return false
-	}
-	ok := writeInto(p, final, data, &s.dirSyncs.of(dir).ns)
-	s.spares.settle(sdir, p, false)
-	return ok
+// having written nothing, when none could be written, and errCommitted
+// when final exists (the rename does not replace it: no lookup first).
+func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) (bool, error) {
+	return s.spares.putRecord(s.inflightDir(tenant), final, data, &s.dirSyncs.of(dir).ns)
 }
 
 // makeDurable returns once the record file final that writeFile wrote is

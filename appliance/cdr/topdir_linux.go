@@ -10,9 +10,10 @@ import (
 // instead of keeping them beside their parent.
 const fsTopDirFL = 0x00020000
 
-// markTopDir asks the file system to place the subdirectories of a
-// tenant's cdr directory (the years, inflight) away from its parent's
-// block group, a hint that file systems without it ignore.
+// markTopDir asks the file system to place the subdirectories of dir (a
+// tenant's cdr directory: the years, inflight; an in-flight directory:
+// its stock directories, spare.go) away from its parent's block group, a
+// hint that file systems without it ignore.
 //
 // Why: creating a file is the largest cost of a call record on ext4
 // without a journal, which skips every inode freed in the last seconds
