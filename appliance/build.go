@@ -72,7 +72,8 @@ func (a *Appliance) openDataDir(dd string) (err error) {
 // with the error.
 func (a *Appliance) openCDR(dd string) (*cdr.Store, error) {
 	cfg, log := a.cfg, a.log
-	store, err := cdr.New(cdrTestKnobs(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: cfg.System.CDR.Retention.D()}), log.With("component", "cdr"))
+	store, err := cdr.New(cdrTestKnobs(cdr.Options{DataDir: dd, Location: cfg.LocationFunc(), Retention: cfg.System.CDR.Retention.D(),
+		MaxOpenFiles: recordFileBudget(openFileLimit())}), log.With("component", "cdr"))
 	if err != nil {
 		return store, err
 	}

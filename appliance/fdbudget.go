@@ -3,6 +3,7 @@ package appliance
 import (
 	"log/slog"
 	"math"
+	"pbx/appliance/cdr"
 	"syscall"
 )
 
@@ -24,8 +25,26 @@ func mediaPortBudget(nofile uint64) int {
 		return 0
 	}
 	n := int(nofile)
-	reserve := min(max(1024, n/16), n/2)
-	return max((n-reserve)/2, 1)
+	return max((n-fileReserve(n))/2, 1)
+}
+
+// fileReserve is what the RTP sockets leave of an open file limit of n.
+func fileReserve(n int) int { return min(max(1024, n/16), n/2) }
+
+// recordFileBudget bounds the marker files the call records keep open
+// between calls (cdr's MaxOpenFiles): a quarter of what the RTP sockets
+// leave, so that with every port in use the held markers still leave
+// descriptors for the records' own writes, recordings, the database and
+// the API. It returns 0 (cdr's default) when the limit is unknown or
+// unlimited, and -1 (none held) when the quarter is under 16.
+func recordFileBudget(nofile uint64) int {
+	if nofile == 0 || nofile > math.MaxInt32 {
+		return 0
+	}
+	if q := fileReserve(int(nofile)) / 4; q >= 16 {
+		return min(q, cdr.DefaultMaxOpenFiles)
+	}
+	return -1
 }
 
 // openFileLimit is the process's open file limit (RLIMIT_NOFILE, the soft

@@ -22,6 +22,22 @@ func TestMediaPortBudget(t *testing.T) {
 			t.Errorf("mediaPortBudget(%d) = %d, want %d", c.nofile, got, c.want)
 		}
 	}
+	for _, c := range []struct {
+		nofile uint64
+		want   int
+	}{
+		{0, 0},          // unknown: cdr's default
+		{1 << 40, 0},    // unlimited
+		{65536, 1024},   // the unit's LimitNOFILE: 4096/4
+		{20000, 312},    // 1250/4
+		{1200, 150},     // 600/4
+		{100, -1},       // too few to hold any
+		{1 << 30, 4096}, // never more than cdr's default
+	} {
+		if got := recordFileBudget(c.nofile); got != c.want {
+			t.Errorf("recordFileBudget(%d) = %d, want %d", c.nofile, got, c.want)
+		}
+	}
 	if openFileLimit() == 0 {
 		t.Error("the open file limit of this process reads as unknown")
 	}

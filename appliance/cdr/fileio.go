@@ -106,7 +106,7 @@ var noReplaceUnsupported atomic.Bool
 // directory); oldpath names it in errors.
 func renameNoReplaceAt(odir int, old, oldpath, newpath string) error {
 	for !noReplaceUnsupported.Load() {
-		err := unix.Renameat2(odir, old, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+		err := renameNoReplace(odir, old, unix.AT_FDCWD, newpath)
 		switch err {
 		case nil:
 			return nil

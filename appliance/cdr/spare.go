@@ -49,17 +49,19 @@ type spares struct {
 	// held are the files of the markers of calls in progress, by path,
 	// kept open from the marker's write to its parking, so that neither
 	// opens its file again; open counts the files held here and in the
-	// ready lists, bounded by maxOpen.
-	held map[string]spare
-	open int
+	// ready lists, bounded by limit (Options.MaxOpenFiles).
+	held  map[string]spare
+	open  int
+	limit int
 }
 
-// maxOpen bounds the open files spares keeps for markers (of calls in
-// progress and parked): beyond, a marker's file is closed after its
-// write and opened again by path for the next (maxSpares bounds those).
-// Opening a parked spare by its path was the largest cost of an answered
-// call's marker on the reference machine (BenchmarkAnsweredCommit).
-const maxOpen = 4096
+// DefaultMaxOpenFiles bounds the open files spares keeps for markers (of
+// calls in progress and parked) when Options.MaxOpenFiles is zero: beyond,
+// a marker's file is closed after its write and opened again by path for
+// the next (maxSpares bounds those). Opening a parked spare by its path was
+// the largest cost of an answered call's marker on the reference machine
+// (BenchmarkAnsweredCommit).
+const DefaultMaxOpenFiles = 4096
 
 type spareDir struct {
 	ready []spare  // parked markers (spare names) on disk, free to take
@@ -178,12 +180,12 @@ func (sp *spares) settle(dir, p string) {
 }
 
 // park makes f, a file of dir now under a spare name, ready to take,
-// closing it when maxOpen files are open.
+// closing it when limit files are open.
 func (sp *spares) park(dir string, f spare) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if f.fd >= 0 {
-		if sp.open >= maxOpen {
+		if sp.open >= sp.limit {
 			unix.Close(f.fd)
 			f.fd = -1
 		} else {
@@ -196,7 +198,7 @@ func (sp *spares) park(dir string, f spare) {
 
 // hold keeps f, the open file of the marker at path, until the marker is
 // parked, closing the one held for an earlier version of it; f is closed
-// instead when maxOpen files are open.
+// instead when limit files are open.
 func (sp *spares) hold(path string, f spare) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -205,7 +207,7 @@ func (sp *spares) hold(path string, f spare) {
 		unix.Close(old.fd)
 		sp.open--
 	}
-	if sp.open >= maxOpen {
+	if sp.open >= sp.limit {
 		unix.Close(f.fd)
 		return
 	}

@@ -119,7 +119,7 @@ func TestMarkerRewrittenWhileHeld(t *testing.T) {
 	s.spares.mu.Lock()
 	held, open := len(s.spares.held), s.spares.open
 	s.spares.mu.Unlock()
-	if held != 0 || open == 0 || open > maxOpen {
+	if held != 0 || open == 0 || open > DefaultMaxOpenFiles {
 		t.Fatalf("after the calls: %d markers held, %d files open; want none held, the parked ones open", held, open)
 	}
 }

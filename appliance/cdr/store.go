@@ -74,6 +74,11 @@ type Options struct {
 	// MarkerRefresh is how often Run sets the modification time of every
 	// in-flight marker to now; zero means DefaultMarkerRefresh.
 	MarkerRefresh time.Duration
+	// MaxOpenFiles bounds the marker files the store keeps open between
+	// uses (each saves an open by path per answered call); zero means
+	// DefaultMaxOpenFiles, negative none. The process's open file limit
+	// must leave room for them beside its sockets.
+	MaxOpenFiles int
 }
 
 // Store writes, recovers, expires and lists the call records of every
@@ -139,6 +144,9 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 	if opts.MarkerRefresh <= 0 {
 		opts.MarkerRefresh = DefaultMarkerRefresh
 	}
+	if opts.MaxOpenFiles == 0 {
+		opts.MaxOpenFiles = DefaultMaxOpenFiles
+	}
 	if len(opts.CursorKey) == 0 {
 		opts.CursorKey = []byte("pbx cdr cursor v1")
 	}
@@ -150,6 +158,7 @@ func New(opts Options, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("cdr: data directory: %w", err)
 	}
 	s := &Store{opts: opts, log: log, root: root, cache: newDayCache(opts.CacheEntries), bl: newBacklog()}
+	s.spares.limit = max(opts.MaxOpenFiles, 0)
 	s.commits.idle.L = &s.commits.mu
 	return s, nil
 }
