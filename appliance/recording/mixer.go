@@ -253,37 +253,37 @@ func (m *mixer) wallPosNano(ns int64) int64 {
 
 // packet places one RTP packet received from side's party at instant at.
 func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time) error {
-	return m.packetNano(side, h, payload, at.UnixNano())
+	return m.packetNano(side, h.PayloadType, h.Timestamp, h.SSRC, payload, at.UnixNano())
 }
 
-// packetNano places one RTP packet received from side's party at Unix
-// nanoseconds at. Payloads other than G.711 (telephone-event, comfort
-// noise) are not audio and are skipped.
-func (m *mixer) packetNano(side int, h rtpcore.Header, payload []byte, at int64) error {
-	if (h.PayloadType != rtpcore.PayloadPCMA && h.PayloadType != rtpcore.PayloadPCMU) || len(payload) == 0 {
+// packetNano places one RTP packet (payload type pt, RTP timestamp ts,
+// SSRC ssrc) received from side's party at Unix nanoseconds at. Payloads
+// other than G.711 (telephone-event, comfort noise) are not audio and are
+// skipped.
+func (m *mixer) packetNano(side int, pt uint8, ts, ssrc uint32, payload []byte, at int64) error {
+	if (pt != rtpcore.PayloadPCMA && pt != rtpcore.PayloadPCMU) || len(payload) == 0 {
 		return nil
 	}
-	c := &m.ch[side]
+	c := &m.ch[side&1]
 	wall := m.wallPosNano(at)
 	pos := wall
-	if c.started && c.ssrc == h.SSRC {
-		pos = c.anchorPos + int64(int32(h.Timestamp-c.anchorTS))
+	if c.started && c.ssrc == ssrc {
+		pos = c.anchorPos + int64(int32(ts-c.anchorTS))
 		if d := pos - wall; d > m.tol || d < -m.tol {
 			pos = wall
-			c.anchorTS, c.anchorPos = h.Timestamp, wall
+			c.anchorTS, c.anchorPos = ts, wall
 		}
 	} else {
-		c.started, c.ssrc, c.anchorTS, c.anchorPos = true, h.SSRC, h.Timestamp, wall
+		c.started, c.ssrc, c.anchorTS, c.anchorPos = true, ssrc, ts, wall
 	}
-	m.place(side, pos, h.PayloadType, payload)
+	m.place(c, pos, pt, payload)
 	return m.flush(false)
 }
 
-// place copies the G.711 bytes of payload type pt into side's pending
+// place copies the G.711 bytes of payload type pt into c's pending
 // audio at frame position pos (one frame per byte); what falls before the
 // frames already final is dropped (it came too late).
-func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
-	c := &m.ch[side]
+func (m *mixer) place(c *channel, pos int64, pt uint8, g711 []byte) {
 	idx := pos - m.written
 	if idx < 0 {
 		if -idx >= int64(len(g711)) {

@@ -349,7 +349,7 @@ func (s *Store) serve(slice int) {
 		slot := d.slot()
 		if i := int(slot >> 1); i < len(table) {
 			if r := table[i]; r != nil && r.serial == d.serial() && !r.stopped && r.err == nil {
-				r.err = r.mix.packetNano(int(slot&1), d.header(), d.payload(), d.at())
+				r.err = r.mix.packetNano(int(slot&1), d[recPT], d.ts(), d.ssrc(), d.payload(), d.at())
 			}
 		}
 		d = d[n:]

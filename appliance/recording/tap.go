@@ -140,8 +140,14 @@ func (r record) next() int {
 
 // header is the packet's RTP header as the mixer needs it.
 func (r record) header() rtpcore.Header {
-	return rtpcore.Header{PayloadType: r[recPT], Timestamp: binary.LittleEndian.Uint32(r[recTS:]), SSRC: binary.LittleEndian.Uint32(r[recSSRC:])}
+	return rtpcore.Header{PayloadType: r[recPT], Timestamp: r.ts(), SSRC: r.ssrc()}
 }
+
+// ts is the packet's RTP timestamp.
+func (r record) ts() uint32 { return binary.LittleEndian.Uint32(r[recTS:]) }
+
+// ssrc is the packet's SSRC.
+func (r record) ssrc() uint32 { return binary.LittleEndian.Uint32(r[recSSRC:]) }
 
 // payload is the packet's payload.
 func (r record) payload() []byte {
