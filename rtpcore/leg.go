@@ -256,7 +256,7 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 
 	if taps := l.taps.Load(); taps != nil && !isRTCP {
 		p := &l.scratch
-		*p = Packet{Leg: l, Dir: In, Header: h, Raw: pkt, At: now}
+		p.setTapped(l, In, &h, pkt, now)
 		for _, t := range *taps {
 			t.TapRTP(p)
 		}
@@ -287,7 +287,7 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 	}
 	if taps := peer.outTaps.Load(); taps != nil && !isRTCP {
 		p := &l.scratch
-		*p = Packet{Leg: peer, Dir: Out, Header: h, Raw: pkt, At: now}
+		p.setTapped(peer, Out, &h, pkt, now)
 		for _, t := range *taps {
 			t.TapRTP(p)
 		}

@@ -40,6 +40,20 @@ type Packet struct {
 // Payload returns the packet's payload (inside Raw).
 func (p *Packet) Payload() []byte { return p.Header.Payload(p.Raw) }
 
+// setTapped makes p the relayed packet raw (header h) of leg going dir at
+// instant at, field by field: a composite literal stored into the leg's
+// reused Packet is built on the stack and then copied with a bulk write
+// barrier (runtime.wbMove), which cost the relay more than the tap it
+// feeds.
+func (p *Packet) setTapped(leg *Leg, dir Direction, h *Header, raw []byte, at time.Time) {
+	p.Leg = leg
+	p.Dir = dir
+	p.Header = *h
+	p.Raw = raw
+	p.At = at
+	p.Injected = false
+}
+
 // Tap observes the packets of a leg: every packet received from the far
 // end (In, whether bridged or not) and every packet sent to it (Out). It
 // is called synchronously on the relay goroutine, which may serve many

@@ -88,3 +88,42 @@ func BenchmarkListFirstPage100k(b *testing.B) {
 	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkTapAndSort is the taps' cost per packet on the relay (append
+// to the log) plus the writer's sort of the log into its slices' bins,
+// for 500 recordings' 1,000 taps over the writer's 10 slices, one swap
+// and sort every 20 ms of packets (1,000 packets), the bins emptied as
+// serving would every 10 sorts.
+func BenchmarkTapAndSort(b *testing.B) {
+	s := &Store{}
+	taps := make([]*tapBuffer, 1000)
+	for i := range taps {
+		taps[i] = &tapBuffer{log: &s.taps, slot: uint32(i), serial: 1, slice: uint8(i / 2 % drainSlices), max: 250}
+	}
+	raw := rtpcore.AppendHeader(nil, false, rtpcore.PayloadPCMA, 0, 0, 1)
+	raw = append(raw, pcma(1000)...)
+	h, err := rtpcore.ParseHeader(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := rtpcore.Packet{Dir: rtpcore.In, Header: h, Raw: raw, At: t0}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		taps[i%len(taps)].TapRTP(&p)
+		if i%len(taps) == len(taps)-1 {
+			s.sort()
+			if i/len(taps)%drainSlices == drainSlices-1 {
+				for sl := range s.bins {
+					s.bins[sl] = s.bins[sl][:0]
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	for _, t := range taps {
+		if t.dropped.Load() != 0 {
+			b.Fatal("packets dropped")
+		}
+	}
+}

@@ -47,16 +47,20 @@ const pageSize = 4096
 // channel is one direction's audio not yet written out, kept as G.711
 // bytes (half the memory of samples, which matters with hundreds of
 // recordings each touching its window every drain) and decoded only when
-// written: buf[i] is the byte of frame mixer.base+i, A-law when bit i of
-// alaw is set and µ-law otherwise; silence is µ-law 0xFF (sample 0). Bits
-// past len(buf) are always clear.
+// written: buf[i] is the byte of frame mixer.base+i, in the channel's
+// main codec when bit i of other is clear and in the other G.711 codec
+// when it is set; silence is µ-law 0xFF (sample 0). The main codec is
+// that of the first packet placed while nothing is pending, so a channel
+// in one codec throughout never sets a bit (only silence, when the main
+// codec is A-law). Bits past len(buf) are always clear.
 type channel struct {
 	started   bool
+	main      uint8 // the main codec: 0 µ-law, 1 A-law (an index of linear)
 	ssrc      uint32
 	anchorTS  uint32
 	anchorPos int64
 	buf       []byte
-	alaw      []byte
+	other     []byte
 }
 
 // ulawSilence is the µ-law byte of sample 0.
@@ -86,19 +90,35 @@ var silence = func() (s [1024]byte) {
 func (c *channel) grow(n int) { c.extend(n, n) }
 
 // extend makes the channel at least n frames long for a write of frames
-// [from, n): the frames it adds before from are silence, those from on
-// are left for the caller to write (they are not cleared, and the A-law
-// bits of every frame added are clear).
+// [from, n): the frames it adds before from are silence (marked when the
+// main codec is A-law), those from on are left for the caller to write
+// (they are not cleared, and their bits are clear: the main codec).
 func (c *channel) extend(from, n int) {
-	if old := len(c.buf); n > old {
+	old := len(c.buf)
+	if n <= old {
+		return
+	}
+	if n <= cap(c.buf) {
+		c.buf = c.buf[:n]
+	} else {
 		c.buf = slices.Grow(c.buf, n-old)[:n]
-		for tail := c.buf[old:max(old, min(from, n))]; len(tail) > 0; {
+	}
+	if nb := (n + 7) / 8; nb > len(c.other) {
+		k := len(c.other)
+		if nb <= cap(c.other) {
+			c.other = c.other[:nb]
+		} else {
+			c.other = slices.Grow(c.other, nb-k)[:nb]
+		}
+		clear(c.other[k:])
+	}
+	if sil := max(old, min(from, n)); sil > old {
+		for tail := c.buf[old:sil]; len(tail) > 0; {
 			tail = tail[copy(tail, silence[:]):]
 		}
-	}
-	if old, nb := len(c.alaw), (n+7)/8; nb > old {
-		c.alaw = slices.Grow(c.alaw, nb-old)[:nb]
-		clear(c.alaw[old:])
+		if c.main != 0 {
+			c.mark(old, sil, true)
+		}
 	}
 }
 
@@ -125,8 +145,8 @@ func interleave(dst []byte, l, r *channel, n int) []byte {
 		return dst
 	}
 	for i, b := range lb {
-		ls := linear[l.alaw[i>>3]>>(i&7)&1][b]
-		rs := linear[r.alaw[i>>3]>>(i&7)&1][rb[i]]
+		ls := linear[l.other[i>>3]>>(i&7)&1^l.main][b]
+		rs := linear[r.other[i>>3]>>(i&7)&1^r.main][rb[i]]
 		binary.LittleEndian.PutUint32(out[4*i:], uint32(uint16(ls))|uint32(uint16(rs))<<16)
 	}
 	return dst
@@ -135,7 +155,7 @@ func interleave(dst []byte, l, r *channel, n int) []byte {
 // uniform returns the table decoding all of the first n frames when they
 // are in one codec, nil when they mix both.
 func (c *channel) uniform(n int) *[256]int16 {
-	bits := c.alaw[:(n+7)/8]
+	bits := c.other[:(n+7)/8]
 	first := bits[0]
 	if first != 0 && first != 0xFF {
 		return nil
@@ -148,31 +168,32 @@ func (c *channel) uniform(n int) *[256]int16 {
 	if n%8 != 0 && (bits[n/8]^first)&(1<<(n%8)-1) != 0 {
 		return nil
 	}
-	return &linear[first&1]
+	return &linear[first&1^c.main]
 }
 
-// mark sets (A-law) or clears (µ-law) the bits of frames [from, to).
-func (c *channel) mark(from, to int, alaw bool) {
+// mark sets (other codec) or clears (main codec) the bits of frames
+// [from, to).
+func (c *channel) mark(from, to int, other bool) {
 	var fill byte
-	if alaw {
+	if other {
 		fill = 0xFF
 	}
 	for ; from < to && from&7 != 0; from++ {
-		c.setBit(from, alaw)
+		c.setBit(from, other)
 	}
 	for ; from+8 <= to; from += 8 {
-		c.alaw[from>>3] = fill
+		c.other[from>>3] = fill
 	}
 	for ; from < to; from++ {
-		c.setBit(from, alaw)
+		c.setBit(from, other)
 	}
 }
 
-func (c *channel) setBit(i int, alaw bool) {
-	if alaw {
-		c.alaw[i>>3] |= 1 << (i & 7)
+func (c *channel) setBit(i int, other bool) {
+	if other {
+		c.other[i>>3] |= 1 << (i & 7)
 	} else {
-		c.alaw[i>>3] &^= 1 << (i & 7)
+		c.other[i>>3] &^= 1 << (i & 7)
 	}
 }
 
@@ -181,16 +202,16 @@ func (c *channel) drop(n int) {
 	rest := len(c.buf) - n
 	c.buf = c.buf[:copy(c.buf, c.buf[n:])]
 	if n%8 == 0 {
-		c.alaw = c.alaw[:copy(c.alaw, c.alaw[n/8:])]
+		c.other = c.other[:copy(c.other, c.other[n/8:])]
 		return
 	}
 	for i := 0; i < rest; i++ { // n not a whole byte of bits: bit by bit
 		j := i + n
-		c.setBit(i, c.alaw[j>>3]>>(j&7)&1 != 0)
+		c.setBit(i, c.other[j>>3]>>(j&7)&1 != 0)
 	}
-	c.alaw = c.alaw[:(rest+7)/8]
+	c.other = c.other[:(rest+7)/8]
 	if rest%8 != 0 {
-		c.alaw[rest>>3] &= 1<<(rest%8) - 1
+		c.other[rest>>3] &= 1<<(rest%8) - 1
 	}
 }
 
@@ -232,37 +253,37 @@ func (m *mixer) wallPosNano(ns int64) int64 {
 
 // packet places one RTP packet received from side's party at instant at.
 func (m *mixer) packet(side int, h rtpcore.Header, payload []byte, at time.Time) error {
-	return m.packetNano(side, h, payload, at.UnixNano())
+	return m.packetNano(side, h.PayloadType, h.Timestamp, h.SSRC, payload, at.UnixNano())
 }
 
-// packetNano places one RTP packet received from side's party at Unix
-// nanoseconds at. Payloads other than G.711 (telephone-event, comfort
-// noise) are not audio and are skipped.
-func (m *mixer) packetNano(side int, h rtpcore.Header, payload []byte, at int64) error {
-	if (h.PayloadType != rtpcore.PayloadPCMA && h.PayloadType != rtpcore.PayloadPCMU) || len(payload) == 0 {
+// packetNano places one RTP packet (payload type pt, RTP timestamp ts,
+// SSRC ssrc) received from side's party at Unix nanoseconds at. Payloads
+// other than G.711 (telephone-event, comfort noise) are not audio and are
+// skipped.
+func (m *mixer) packetNano(side int, pt uint8, ts, ssrc uint32, payload []byte, at int64) error {
+	if (pt != rtpcore.PayloadPCMA && pt != rtpcore.PayloadPCMU) || len(payload) == 0 {
 		return nil
 	}
-	c := &m.ch[side]
+	c := &m.ch[side&1]
 	wall := m.wallPosNano(at)
 	pos := wall
-	if c.started && c.ssrc == h.SSRC {
-		pos = c.anchorPos + int64(int32(h.Timestamp-c.anchorTS))
+	if c.started && c.ssrc == ssrc {
+		pos = c.anchorPos + int64(int32(ts-c.anchorTS))
 		if d := pos - wall; d > m.tol || d < -m.tol {
 			pos = wall
-			c.anchorTS, c.anchorPos = h.Timestamp, wall
+			c.anchorTS, c.anchorPos = ts, wall
 		}
 	} else {
-		c.started, c.ssrc, c.anchorTS, c.anchorPos = true, h.SSRC, h.Timestamp, wall
+		c.started, c.ssrc, c.anchorTS, c.anchorPos = true, ssrc, ts, wall
 	}
-	m.place(side, pos, h.PayloadType, payload)
+	m.place(c, pos, pt, payload)
 	return m.flush(false)
 }
 
-// place copies the G.711 bytes of payload type pt into side's pending
+// place copies the G.711 bytes of payload type pt into c's pending
 // audio at frame position pos (one frame per byte); what falls before the
 // frames already final is dropped (it came too late).
-func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
-	c := &m.ch[side]
+func (m *mixer) place(c *channel, pos int64, pt uint8, g711 []byte) {
 	idx := pos - m.written
 	if idx < 0 {
 		if -idx >= int64(len(g711)) {
@@ -273,9 +294,20 @@ func (m *mixer) place(side int, pos int64, pt uint8, g711 []byte) {
 	}
 	idx += m.written - m.base
 	end := int(idx) + len(g711)
+	var codec uint8
+	if pt == rtpcore.PayloadPCMA {
+		codec = 1
+	}
+	old := len(c.buf)
+	if old == 0 {
+		c.main = codec // nothing pending: the bits may change meaning
+	}
 	c.extend(int(idx), end)
 	copy(c.buf[idx:], g711)
-	c.mark(int(idx), end, pt == rtpcore.PayloadPCMA)
+	if other := codec != c.main; other || int(idx) < old {
+		// Frames added by extend are already marked as the main codec.
+		c.mark(int(idx), end, other)
+	}
 }
 
 // pending is how many frames of side are past the final ones.

@@ -81,7 +81,7 @@ type Store struct {
 	// writing their audio (the writer loop, a Stop's last hand-over); it
 	// guards every running recording's mixer, file, err and stopped.
 	drainMu sync.Mutex
-	spare   batch               // the log's next buffer; guarded by drainMu
+	spare   [drainSlices]batch  // the log's next buffers; guarded by drainMu
 	bins    [drainSlices][]byte // the log's packets by the slice serving their recording, until served; guarded by drainMu
 
 	mu        sync.Mutex
@@ -318,21 +318,15 @@ func (s *Store) loop() {
 }
 
 // sort takes the packets the taps collected since the last sort and
-// appends each to the bin of the slice serving its recording; s.drainMu
-// is held.
+// appends them to the bins of the slices serving their recordings, a
+// slice's run in one copy (the log keeps them by slice already; its
+// buffers stay the same two, warm in the relay's cache); s.drainMu is
+// held.
 func (s *Store) sort() {
-	got := s.taps.swap(s.spare)
-	for d := record(got.data); ; {
-		n := d.next()
-		if n == 0 {
-			break
-		}
-		if sl := d.slice(); sl < drainSlices {
-			s.bins[sl] = append(s.bins[sl], d[:n]...)
-		}
-		d = d[n:]
+	s.taps.swap(&s.spare)
+	for sl := range s.spare {
+		s.bins[sl] = append(s.bins[sl], s.spare[sl].data...)
 	}
-	s.spare = got
 }
 
 // serve hands the packets sorted into slice's bin to their recordings'
@@ -355,7 +349,7 @@ func (s *Store) serve(slice int) {
 		slot := d.slot()
 		if i := int(slot >> 1); i < len(table) {
 			if r := table[i]; r != nil && r.serial == d.serial() && !r.stopped && r.err == nil {
-				r.err = r.mix.packetNano(int(slot&1), d.header(), d.payload(), d.at())
+				r.err = r.mix.packetNano(int(slot&1), d[recPT], d.ts(), d.ssrc(), d.payload(), d.at())
 			}
 		}
 		d = d[n:]

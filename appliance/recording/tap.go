@@ -10,19 +10,21 @@ import (
 )
 
 // tapLog collects what every recording's parties send, for the writer
-// loop, in one run of memory: the relay appends each packet after the
-// last under a short lock, without allocating once the buffer has grown
-// to its working size and without waking anyone; the writer swaps the
-// buffer for its spare every tick and hands each packet to its
-// recording. One log, not one buffer a party, because the relay then
-// writes memory it wrote a moment ago, one cache line after another,
-// where a buffer of each party's would have it write hundreds of lines
-// scattered over megabytes that the writer last read on another core:
-// those misses, not the copying, were most of what the tap cost the
-// relay (BenchmarkRecordedRelay).
+// loop, in one run of memory per slice of the writer's: the relay appends
+// each packet after the last of its recording's slice under a short lock,
+// without allocating once the buffers have grown to their working size
+// and without waking anyone; the writer swaps the buffers for its spares
+// every tick and appends each slice's run whole to the packets that slice
+// waits to be served (one copy a slice, not a look at every packet). A
+// run per slice, not one buffer a party, because the relay then writes
+// memory it wrote a moment ago, a few cache lines after another, where a
+// buffer of each party's would have it write hundreds of lines scattered
+// over megabytes that the writer last read on another core: those misses,
+// not the copying, were most of what the tap cost the relay
+// (BenchmarkRecordedRelay).
 type tapLog struct {
 	mu  sync.Mutex
-	cur batch
+	cur [drainSlices]batch
 	gen uint32 // swaps so far; a tap counts its packets afresh in each
 }
 
@@ -84,9 +86,15 @@ func (b *tapBuffer) TapRTP(p *rtpcore.Packet) {
 		return
 	}
 	b.n++
-	l.cur.n++
-	k := len(l.cur.data)
-	d := slices.Grow(l.cur.data, recordHeader+len(pl))[:k+recordHeader+len(pl)]
+	cur := &l.cur[b.slice%drainSlices]
+	cur.n++
+	k := len(cur.data)
+	d := cur.data
+	if need := k + recordHeader + len(pl); need <= cap(d) {
+		d = d[:need]
+	} else {
+		d = slices.Grow(d, recordHeader+len(pl))[:need]
+	}
 	h := d[k : k+recordHeader]
 	binary.LittleEndian.PutUint16(h[recLen:], uint16(len(pl)))
 	h[recPT] = p.Header.PayloadType
@@ -97,20 +105,20 @@ func (b *tapBuffer) TapRTP(p *rtpcore.Packet) {
 	binary.LittleEndian.PutUint32(h[recSerial:], b.serial)
 	h[recSlice] = b.slice
 	copy(d[k+recordHeader:], pl)
-	l.cur.data = d
+	cur.data = d
 	l.mu.Unlock()
 }
 
-// swap returns the packets collected so far and collects into spare's
-// storage from now on.
-func (l *tapLog) swap(spare batch) batch {
-	spare.n, spare.data = 0, spare.data[:0]
+// swap leaves in spare the packets collected so far, slice by slice, and
+// collects into spare's former storage from now on.
+func (l *tapLog) swap(spare *[drainSlices]batch) {
+	for i := range spare {
+		spare[i].n, spare[i].data = 0, spare[i].data[:0]
+	}
 	l.mu.Lock()
-	out := l.cur
-	l.cur = spare
+	l.cur, *spare = *spare, l.cur
 	l.gen++
 	l.mu.Unlock()
-	return out
 }
 
 // record is one packet's record at the start of a batch's data (and
@@ -132,8 +140,14 @@ func (r record) next() int {
 
 // header is the packet's RTP header as the mixer needs it.
 func (r record) header() rtpcore.Header {
-	return rtpcore.Header{PayloadType: r[recPT], Timestamp: binary.LittleEndian.Uint32(r[recTS:]), SSRC: binary.LittleEndian.Uint32(r[recSSRC:])}
+	return rtpcore.Header{PayloadType: r[recPT], Timestamp: r.ts(), SSRC: r.ssrc()}
 }
+
+// ts is the packet's RTP timestamp.
+func (r record) ts() uint32 { return binary.LittleEndian.Uint32(r[recTS:]) }
+
+// ssrc is the packet's SSRC.
+func (r record) ssrc() uint32 { return binary.LittleEndian.Uint32(r[recSSRC:]) }
 
 // payload is the packet's payload.
 func (r record) payload() []byte {

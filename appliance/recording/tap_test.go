@@ -2,6 +2,7 @@ package recording
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 )
 
 // The taps hand the writer every packet their party sent, in order
-// across taps, with its payload, header fields, arrival and recording
+// across the taps of a slice, in the run of their recording's slice, with its payload, header fields, arrival and recording
 // intact, whatever the payload's size; they ignore what the PBX sends or
 // plays, drop (and count) past each tap's bound until the writer takes
 // the log, and after a swap the log collects afresh into the spare's
@@ -59,12 +60,20 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 	if a.dropped.Load() != 3 || other.dropped.Load() != 0 {
 		t.Errorf("dropped %d and %d, want 3 and 0", a.dropped.Load(), other.dropped.Load())
 	}
-	got := log.swap(batch{data: make([]byte, 0, 256)})
-	if got.n != 6 {
-		t.Errorf("%d packets, want 6", got.n)
+	var spare [drainSlices]batch
+	spare[5].data = make([]byte, 0, 256)
+	log.swap(&spare)
+	if spare[5].n != 4 || spare[0].n != 2 {
+		t.Errorf("%d and %d packets in slices 5 and 0, want 4 and 2", spare[5].n, spare[0].n)
 	}
+	// The slices' runs one after the other: each slice's packets in order.
+	var all []byte
+	for sl := range spare {
+		all = append(all, spare[sl].data...)
+	}
+	slices.SortStableFunc(want, func(x, y sent) int { return x.slice - y.slice })
 	i := 0
-	for d := record(got.data); ; i++ {
+	for d := record(all); ; i++ {
 		n := d.next()
 		if n == 0 {
 			if len(d) != 0 {
@@ -90,8 +99,10 @@ func TestTapLogKeepsPacketsInOrderAndBounded(t *testing.T) {
 	for range 4 {
 		tap(a, rtpcore.In, false, rtpcore.PayloadPCMA, 960, 3, []byte{9}, at)
 	}
-	if again := log.swap(batch{}); again.n != 4 || len(again.data) != 4*(recordHeader+1) || cap(again.data) != 256 {
-		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d, want 4, %d, the spare's 256", again.n, len(again.data), cap(again.data), 4*(recordHeader+1))
+	log.swap(&spare)
+	if again := spare[5]; again.n != 4 || len(again.data) != 4*(recordHeader+1) || cap(again.data) != 256 || spare[0].n != 0 {
+		t.Errorf("after a swap: %d packets, %d bytes in a buffer of %d (%d in slice 0), want 4, %d, the spare's 256 (0)",
+			again.n, len(again.data), cap(again.data), spare[0].n, 4*(recordHeader+1))
 	}
 	if a.dropped.Load() != 3 {
 		t.Errorf("dropped %d after a swap, want still 3", a.dropped.Load())
