@@ -248,11 +248,12 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		return
 	}
 	l.lastPacket = now
+	mono := l.sess.e.mono(now)
 	if !isRTCP {
-		l.in.update(&h, len(pkt), l.sess.e.mono(now), l.clockRate.Load())
+		l.in.update(&h, len(pkt), mono, l.clockRate.Load())
 	}
 	l.mu.Unlock()
-	l.sess.last.Store(l.sess.e.mono(now))
+	l.sess.last.Store(mono)
 
 	if taps := l.taps.Load(); taps != nil && !isRTCP {
 		p := &l.scratch

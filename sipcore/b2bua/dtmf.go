@@ -134,16 +134,8 @@ func (c *Call) addDigit(d rune, at time.Time, via string) {
 func (c *Call) startDTMF(w *outLeg) {
 	q := &dtmfWork{}
 	tap := func(leg *rtpcore.Leg, fromCaller bool) func() {
-		det := rtpcore.NewDTMFDetector(0)
-		return leg.AddInTap(rtpcore.TapFunc(func(p *rtpcore.Packet) {
-			pt := leg.TelephoneEventPT()
-			if pt < 0 {
-				return
-			}
-			det.SetPayloadType(uint8(pt))
-			if d, ok := det.Feed(&p.Header, p.Payload()); ok {
-				c.queueDTMF(q, w, dtmfIn{fromCaller: fromCaller, digit: d, at: p.At})
-			}
+		return leg.AddInTap(dtmfTap(leg.TelephoneEventPT, func(d rune, at time.Time) {
+			c.queueDTMF(q, w, dtmfIn{fromCaller: fromCaller, digit: d, at: at})
 		}))
 	}
 	removeCaller := tap(c.callerLeg, true)
@@ -155,6 +147,26 @@ func (c *Call) startDTMF(w *outLeg) {
 	case <-c.done:
 		c.stopDTMF() // the call ended meanwhile; finishAt may have missed it
 	default:
+	}
+}
+
+// dtmfTap feeds a detector of its own the packets of the telephone-event
+// payload type pt reports (none while it is negative) and calls on with
+// each digit they start. Audio packets, nearly all of them, return after
+// the comparison without touching the detector: writing its payload type
+// for every packet cost a cache miss per packet with 1,000 calls held,
+// ~3% of the relay thread's samples (issue 16; BenchmarkDTMFTapAudio).
+func dtmfTap(pt func() int, on func(digit rune, at time.Time)) rtpcore.TapFunc {
+	det := rtpcore.NewDTMFDetector(0)
+	return func(p *rtpcore.Packet) {
+		te := pt()
+		if te < 0 || int(p.Header.PayloadType) != te&0x7f {
+			return
+		}
+		det.SetPayloadType(uint8(te))
+		if d, ok := det.Feed(&p.Header, p.Payload()); ok {
+			on(d, p.At)
+		}
 	}
 }
 
