@@ -191,15 +191,7 @@ func (s *Store) reindexDay(d day) (n int, changed bool, unreadable []string, err
 		}
 		es = append(es, x.entry())
 	}
-	slices.SortFunc(es, func(a, b Entry) int {
-		if newer(&a, &b) {
-			return 1
-		}
-		if newer(&b, &a) {
-			return -1
-		}
-		return 0
-	})
+	sortOldestFirst(es)
 	buf := make([]byte, 0, len(es)*200)
 	for _, e := range es {
 		buf = e.AppendLine(buf)
@@ -219,4 +211,18 @@ func (s *Store) reindexDay(d day) (n int, changed bool, unreadable []string, err
 		return 0, false, unreadable, fmt.Errorf("write %s: %w", path, err)
 	}
 	return len(es), true, unreadable, nil
+}
+
+// sortOldestFirst orders index entries as an index file holds them: the
+// oldest first, the reverse of newer.
+func sortOldestFirst(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int {
+		if newer(&a, &b) {
+			return 1
+		}
+		if newer(&b, &a) {
+			return -1
+		}
+		return 0
+	})
 }

@@ -578,15 +578,7 @@ func (r *repairer) missingLines(d day, records, seen map[ID]bool) []Entry {
 		n := rec.normalize()
 		missing = append(missing, n.Entry())
 	}
-	slices.SortFunc(missing, func(a, b Entry) int {
-		if newer(&a, &b) {
-			return 1
-		}
-		if newer(&b, &a) {
-			return -1
-		}
-		return 0
-	})
+	sortOldestFirst(missing)
 	return missing
 }
 
