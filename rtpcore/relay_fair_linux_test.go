@@ -56,16 +56,10 @@ func (w *worker) round(t *testing.T) int {
 // its queue, the delay of its audio with it, grows without bound.
 func TestRelayServesBacklogInRound(t *testing.T) {
 	e := newEngine(t, Options{NoRTCP: true})
-	type pair struct {
-		la     *Leg
-		pa, pb *phone
-	}
-	pairs := make([]pair, 20)
+	pairs := bridgedPairs(t, e, 20)
 	var legs []*Leg
-	for i := range pairs {
-		_, la, lb, pa, pb := bridgedPair(t, e)
-		pairs[i] = pair{la, pa, pb}
-		legs = append(legs, la, lb)
+	for _, p := range pairs {
+		legs = append(legs, p.la, p.lb)
 	}
 	w := testWorker(t, e, legs...)
 

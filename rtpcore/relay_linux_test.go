@@ -49,15 +49,7 @@ func TestRelayWorkerSleepsWhenIdle(t *testing.T) {
 // relayed once and counted on their own leg.
 func TestRelayBatchOfManyLegs(t *testing.T) {
 	e := newEngine(t, Options{NoRTCP: true})
-	type pair struct {
-		la     *Leg
-		pa, pb *phone
-	}
-	pairs := make([]pair, 20)
-	for i := range pairs {
-		_, la, _, pa, pb := bridgedPair(t, e)
-		pairs[i] = pair{la, pa, pb}
-	}
+	pairs := bridgedPairs(t, e, 20)
 	for round := range 5 {
 		for _, p := range pairs {
 			p.pa.sendTo(legTo(p.la), p.pa.packet(PayloadPCMA, 160))
@@ -73,4 +65,22 @@ func TestRelayBatchOfManyLegs(t *testing.T) {
 			t.Errorf("pair %d: leg received %d packets, want 5", i, st.PacketsIn)
 		}
 	}
+}
+
+// legPair is a bridged pair of legs and their phones: pa sends to la and
+// pb receives what the relay sends from lb.
+type legPair struct {
+	la, lb *Leg
+	pa, pb *phone
+}
+
+// bridgedPairs makes n bridged pairs on e (see bridgedPair).
+func bridgedPairs(t *testing.T, e *Engine, n int) []legPair {
+	t.Helper()
+	pairs := make([]legPair, n)
+	for i := range pairs {
+		_, la, lb, pa, pb := bridgedPair(t, e)
+		pairs[i] = legPair{la, lb, pa, pb}
+	}
+	return pairs
 }
