@@ -139,17 +139,11 @@ func (sp *spares) openDir(dir string) int {
 func (sp *spares) take(dir string) (spare, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	sd := sp.dir(dir)
-	n := len(sd.ready)
-	if n == 0 {
-		return spare{}, false
-	}
-	f := sd.ready[n-1]
-	sd.ready = sd.ready[:n-1]
-	if f.fd >= 0 {
+	f, ok := popLast(&sp.dir(dir).ready)
+	if ok && f.fd >= 0 {
 		sp.open--
 	}
-	return f, true
+	return f, ok
 }
 
 // name returns a spare name of dir holding no spare, or "" when every
@@ -158,9 +152,7 @@ func (sp *spares) name(dir string) string {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sd := sp.dir(dir)
-	if n := len(sd.idle); n > 0 {
-		p := sd.idle[n-1]
-		sd.idle = sd.idle[:n-1]
+	if p, ok := popLast(&sd.idle); ok {
 		return p
 	}
 	if sd.made >= maxSpares {
@@ -458,14 +450,7 @@ func (sp *spares) putRecord(dir, path string, data []byte, ns *sync.Mutex) (bool
 func (sp *spares) takeFresh(dir string) (spare, bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	sd := sp.dir(dir)
-	n := len(sd.fresh)
-	if n == 0 {
-		return spare{}, false
-	}
-	f := sd.fresh[n-1]
-	sd.fresh = sd.fresh[:n-1]
-	return f, true
+	return popLast(&sp.dir(dir).fresh)
 }
 
 // removeMarker removes the in-flight marker at path: it is renamed to a
@@ -562,4 +547,17 @@ func removeStocks(dir string) {
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
+}
+
+// popLast removes and returns the last element of *s, or false when *s is
+// empty.
+func popLast[T any](s *[]T) (T, bool) {
+	n := len(*s)
+	if n == 0 {
+		var zero T
+		return zero, false
+	}
+	v := (*s)[n-1]
+	*s = (*s)[:n-1]
+	return v, true
 }
