@@ -91,6 +91,9 @@ func bindUDP(family int, ip netip.Addr, port int) (*sock, error) {
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_BROADCAST, 1)
 	}
 	if err == nil {
+		noPMTUDiscovery(fd, family)
+	}
+	if err == nil {
 		err = unix.Bind(fd, sa)
 	}
 	var local unix.Sockaddr
@@ -109,6 +112,17 @@ func bindUDP(family int, ip netip.Addr, port int) (*sock, error) {
 		s.local = netip.AddrPortFrom(netip.AddrFrom16(a.Addr).WithZone(ip.Zone()), uint16(a.Port))
 	}
 	return s, nil
+}
+
+// noPMTUDiscovery makes the socket's datagrams go out with DF set but
+// without path MTU discovery (IP_PMTUDISC_PROBE): each send skips the
+// route's MTU bookkeeping (about 1% of the relay's CPU), and RTP stays far
+// below any MTU. A kernel that refuses it leaves the default.
+func noPMTUDiscovery(fd, family int) {
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+	if family == unix.AF_INET6 {
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE)
+	}
 }
 
 // zoneID is the interface index an IPv6 zone names, 0 when none.
@@ -139,50 +153,71 @@ func rawCall(trap, a1, a2, a3, a4, a5, a6 uintptr) (r1, r2 uintptr, err syscall.
 // compare both in one binary.
 var scheduledCalls bool
 
-// sendTo writes one datagram to addr without waiting: a full send buffer
-// drops the packet (EAGAIN) rather than stalling the relay.
-func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
-	if !s.acquire() {
-		return net.ErrClosed
-	}
-	defer s.release()
-	var sa unix.RawSockaddrInet6
-	var salen uintptr
+// rawDest is a destination in the form the kernel takes it for the
+// socket's family, built once when a leg's target changes (see dest)
+// rather than for every packet.
+type rawDest struct {
+	sa    unix.RawSockaddrInet6
+	salen uintptr // 0: the address does not suit the socket (EAFNOSUPPORT)
+}
+
+// rawDest builds addr for sendRaw on s.
+func (s *sock) rawDest(addr netip.AddrPort) (d rawDest) {
 	ip := addr.Addr()
 	if s.v6 {
-		sa.Family = unix.AF_INET6
-		sa.Addr = ip.As16()
+		d.sa.Family = unix.AF_INET6
+		d.sa.Addr = ip.As16()
 		if z := ip.Zone(); z != "" {
-			sa.Scope_id = zoneID(z)
+			d.sa.Scope_id = zoneID(z)
 		}
-		salen = unix.SizeofSockaddrInet6
+		d.salen = unix.SizeofSockaddrInet6
 	} else {
 		ip = ip.Unmap()
 		if !ip.Is4() {
-			return unix.EAFNOSUPPORT
+			return d
 		}
-		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&sa))
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&d.sa))
 		sa4.Family = unix.AF_INET
 		sa4.Addr = ip.As4()
-		salen = unix.SizeofSockaddrInet4
+		d.salen = unix.SizeofSockaddrInet4
 	}
 	// The port is in network byte order at the same offset in both.
-	pb := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	pb := (*[2]byte)(unsafe.Pointer(&d.sa.Port))
 	pb[0], pb[1] = byte(addr.Port()>>8), byte(addr.Port())
+	return d
+}
+
+// sendTo writes one datagram to addr without waiting: a full send buffer
+// drops the packet (EAGAIN) rather than stalling the relay.
+func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
+	d := s.rawDest(addr)
+	return s.sendRaw(b, &d)
+}
+
+// sendRaw is sendTo to a destination built by rawDest, the relay's path.
+func (s *sock) sendRaw(b []byte, d *rawDest) error {
+	if d.salen == 0 {
+		return unix.EAFNOSUPPORT
+	}
+	if !s.acquire() {
+		return net.ErrClosed
+	}
 	var p unsafe.Pointer
 	if len(b) > 0 {
 		p = unsafe.Pointer(&b[0])
 	}
+	var e syscall.Errno
 	for {
-		_, _, e := rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&sa)), salen)
-		if e == unix.EINTR {
-			continue
+		_, _, e = rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&d.sa)), d.salen)
+		if e != unix.EINTR {
+			break
 		}
-		if e != 0 {
-			return e
-		}
-		return nil
 	}
+	s.release()
+	if e != 0 {
+		return e
+	}
+	return nil
 }
 
 // recvOne reads one datagram into b's first buffer without waiting.
