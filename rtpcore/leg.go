@@ -26,7 +26,7 @@ type Leg struct {
 	lastPacket atomic.Int64 // engine mono time of the last packet relayed from the far end; 0: none
 	peer       atomic.Pointer[Leg]
 	target     atomic.Pointer[dest]        // where packets to the far end go
-	taps       atomic.Pointer[[]*tapEntry] // every tap: shown packets received (In)
+	taps       atomic.Pointer[[]*tapEntry] // the taps shown every packet received (In)
 	inj        atomic.Pointer[Injection]
 	conn       *sock // RTP
 	clockRate  atomic.Uint32
@@ -36,6 +36,9 @@ type Leg struct {
 	pktsOut  atomic.Uint64
 	bytesOut atomic.Uint64
 	outTaps  atomic.Pointer[[]*tapEntry] // the taps that also see packets sent (Out)
+	// eventTaps are the taps shown only telephone events received (see
+	// AddEventTap).
+	eventTaps atomic.Pointer[[]*tapEntry]
 
 	latched   bool
 	candCount int
@@ -67,7 +70,8 @@ type Leg struct {
 	tsWall  time.Time
 	started bool
 
-	scratch Packet // reused for taps by the leg's reader
+	scratch Packet      // reused for taps by the leg's reader
+	allTaps []*tapEntry // every tap attached, guarded by tapsMu
 
 	// RTCP on the odd port; rtcp is nil when the engine relays no RTCP.
 	rtcp         *sock
@@ -279,12 +283,9 @@ func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64
 	l.mu.Unlock()
 	l.lastPacket.Store(mono)
 
-	if taps := l.taps.Load(); taps != nil && !isRTCP {
-		p := &l.scratch
-		p.setTapped(l, In, &h, pkt, now)
-		for _, t := range *taps {
-			t.TapRTP(p)
-		}
+	from := l.tePT.Load()
+	if !isRTCP {
+		l.showIn(&h, pkt, now, from)
 	}
 
 	peer := l.peer.Load()
@@ -295,7 +296,7 @@ func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64
 		peer.replaced.Add(1)
 		return
 	}
-	if from, to := l.tePT.Load(), peer.tePT.Load(); from >= 0 && int32(h.PayloadType) == from {
+	if to := peer.tePT.Load(); from >= 0 && int32(h.PayloadType) == from {
 		if to == teNone {
 			// The peer's far end did not negotiate telephone-event: the
 			// payload type means nothing there (the signalling layer
