@@ -21,7 +21,9 @@ func TestLegTargetSockaddr(t *testing.T) {
 		if d == nil || d.ap != want {
 			t.Fatalf("target %v, want %v", d, want)
 		}
-		got := sockaddrPort((*unix.RawSockaddrAny)(unsafe.Pointer(&d.raw.sa)))
+		var any unix.RawSockaddrAny
+		*(*unix.RawSockaddrInet6)(unsafe.Pointer(&any)) = d.raw.sa
+		got := sockaddrPort(&any)
 		if got.Port() != want.Port() || got.Addr().Unmap() != want.Addr().Unmap() {
 			t.Fatalf("kernel address %v for target %v", got, want)
 		}
@@ -64,4 +66,55 @@ func TestLegTargetSockaddr(t *testing.T) {
 			t.Errorf("%d packets out to an address the socket cannot reach", st.PacketsOut)
 		}
 	})
+}
+
+// TestCloseWaitsForBatch proves that a batch that finds a socket closing
+// leaves it alone (its datagram neither read nor relayed), and that
+// closing a leg waits for the batch in progress of the worker that relays
+// it, which no longer counts the sockets it uses one by one.
+func TestCloseWaitsForBatch(t *testing.T) {
+	e := newEngine(t, Options{NoRTCP: true})
+	_, la, lb, pa, pb := bridgedPair(t, e)
+	w := testWorker(t, e, la, lb)
+	pa.sendTo(legTo(la), pa.packet(PayloadPCMA, 160))
+	waitFor(t, "the datagram ready", func() bool {
+		n, _ := epollWait(w.epfd, w.events, 0)
+		return n == 1
+	})
+	n, err := epollWait(w.epfd, w.events, 0)
+	if err != nil || n != 1 {
+		t.Fatalf("%d ready, %v", n, err)
+	}
+	events := append([]unix.EpollEvent(nil), w.events[:n]...)
+
+	// A batch that finds the socket closing (its event taken before the
+	// close began) leaves it alone.
+	la.conn.refs.Add(sockClosed)
+	w.serve(events, time.Now())
+	la.conn.refs.Add(-sockClosed)
+	if got, _ := pb.recv(100 * time.Millisecond); got != nil {
+		t.Fatal("a batch relayed a packet of a closing leg")
+	}
+	if st := la.Stats(); st.PacketsIn != 0 {
+		t.Errorf("a batch read %d packets of a closing leg", st.PacketsIn)
+	}
+
+	w.batch.Add(1) // a batch in progress
+	closed := make(chan struct{})
+	go func() {
+		la.Close()
+		close(closed)
+	}()
+	waitFor(t, "the close to begin", la.conn.closing)
+	select {
+	case <-closed:
+		t.Fatal("the leg closed during its worker's batch")
+	case <-time.After(50 * time.Millisecond):
+	}
+	w.batch.Add(1) // the batch ends
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("close still waiting after the batch ended")
+	}
 }

@@ -254,7 +254,9 @@ func (l *Leg) Close() error {
 	return nil
 }
 
-// handle processes one received datagram.
+// handle processes one received datagram. On Linux a relay worker calls
+// handleAt within a batch, which a closing socket waits for; handle is for
+// the other platforms' readers and for tests that close no leg meanwhile.
 func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 	l.handleAt(pkt, src, now, l.sess.e.mono(now))
 }
@@ -308,7 +310,7 @@ func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64
 			h.PayloadType = uint8(to)
 		}
 	}
-	if !peer.send(pkt) {
+	if !peer.send(pkt, true) {
 		return
 	}
 	if taps := peer.outTaps.Load(); taps != nil && !isRTCP {
@@ -362,14 +364,21 @@ func (l *Leg) latch(src netip.AddrPort, now int64) bool {
 	return false
 }
 
-// send writes pkt to the far end and counts it.
-func (l *Leg) send(pkt []byte) bool {
+// send writes pkt to the far end and counts it; inBatch: from a relay
+// worker's batch (see sock.sendInBatch).
+func (l *Leg) send(pkt []byte, inBatch bool) bool {
 	t := l.target.Load()
 	if t == nil {
 		l.unsent.Add(1)
 		return false
 	}
-	if err := l.conn.sendRaw(pkt, &t.raw); err != nil {
+	var err error
+	if inBatch {
+		err = l.conn.sendInBatch(pkt, &t.raw)
+	} else {
+		err = l.conn.sendRaw(pkt, &t.raw)
+	}
+	if err != nil {
 		l.sendErrors.Add(1)
 		now := time.Now().Unix()
 		if last := l.lastSendErrLog.Load(); now-last >= 10 && l.lastSendErrLog.CompareAndSwap(last, now) {

@@ -89,6 +89,9 @@ func (s *sock) rawDest(addr netip.AddrPort) rawDest { return rawDest{addr} }
 // sendRaw is sendTo to a destination built by rawDest.
 func (s *sock) sendRaw(b []byte, d *rawDest) error { return s.sendTo(b, d.ap) }
 
+// sendInBatch is sendRaw from the leg's reader.
+func (s *sock) sendInBatch(b []byte, d *rawDest) error { return s.sendTo(b, d.ap) }
+
 // readLoop is the RTP socket's only reader.
 func (l *Leg) readLoop() {
 	l.readSock(l.conn, func(b []byte, src netip.AddrPort) { l.handle(b, src, time.Now()) })

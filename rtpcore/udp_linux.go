@@ -19,9 +19,11 @@ type sock struct {
 	local netip.AddrPort
 	v6    bool // AF_INET6: IPv4 destinations are written v4-mapped
 
-	// refs counts the calls using fd; closing adds sockClosed, after which
-	// no new use starts, and the descriptor is closed once the count has
-	// drained, so that a reused descriptor number is never written to.
+	// refs counts the calls using fd other than a relay worker's (see
+	// worker.serve): injections and RTCP sends. Closing adds sockClosed,
+	// after which no new use starts, and the descriptor is closed once the
+	// count has drained and the workers' batches in progress have ended,
+	// so that a reused descriptor number is never read or written.
 	refs atomic.Int64
 
 	leg  *Leg
@@ -45,12 +47,17 @@ func (s *sock) acquire() bool {
 
 func (s *sock) release() { s.refs.Add(-1) }
 
+// closing reports whether close has begun: a worker's batch leaves the
+// socket alone.
+func (s *sock) closing() bool { return s.refs.Load() >= sockClosed }
+
 // close stops the worker from reading the socket, waits for the calls in
-// progress and closes the descriptor.
+// progress and the workers' batches and closes the descriptor.
 func (s *sock) close() {
 	s.refs.Add(sockClosed)
 	if s.w != nil {
 		s.w.remove(s)
+		s.w.e.awaitBatches(s.w)
 	}
 	for s.refs.Load() != sockClosed {
 		time.Sleep(20 * time.Microsecond)
@@ -194,30 +201,44 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	return s.sendRaw(b, &d)
 }
 
-// sendRaw is sendTo to a destination built by rawDest, the relay's path.
+// sendRaw is sendTo to a destination built by rawDest.
 func (s *sock) sendRaw(b []byte, d *rawDest) error {
-	if d.salen == 0 {
-		return unix.EAFNOSUPPORT
-	}
 	if !s.acquire() {
 		return net.ErrClosed
+	}
+	err := s.send(b, d)
+	s.release()
+	return err
+}
+
+// sendInBatch is sendRaw from a relay worker's batch, which closing waits
+// for (see worker.serve) instead of counting the call.
+func (s *sock) sendInBatch(b []byte, d *rawDest) error {
+	if s.closing() {
+		return net.ErrClosed
+	}
+	return s.send(b, d)
+}
+
+// send writes b to d; the caller keeps the descriptor open.
+func (s *sock) send(b []byte, d *rawDest) error {
+	if d.salen == 0 {
+		return unix.EAFNOSUPPORT
 	}
 	var p unsafe.Pointer
 	if len(b) > 0 {
 		p = unsafe.Pointer(&b[0])
 	}
-	var e syscall.Errno
 	for {
-		_, _, e = rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&d.sa)), d.salen)
-		if e != unix.EINTR {
-			break
+		_, _, e := rawCall(unix.SYS_SENDTO, uintptr(s.fd), uintptr(p), uintptr(len(b)), unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&d.sa)), d.salen)
+		switch e {
+		case unix.EINTR:
+			continue
+		case 0:
+			return nil
 		}
-	}
-	s.release()
-	if e != 0 {
 		return e
 	}
-	return nil
 }
 
 // recvOne reads one datagram into b's first buffer without waiting.
