@@ -91,7 +91,8 @@ import (
 // shown telephone events only (AddEventTap). Measured ABAB on a shared
 // host, all runs: BenchmarkConcurrentCallsRelay (bin/pbx, SIPp, 1,000
 // calls, 20 s hold) cpu_ns/packet before 2900 2760 3200 3640 3420 3500,
-// after 2620 2500 2680 2500 3120 3060 3080 (-11..-14% pair by pair);
+// after 2500 2680 2500 3120 3060 3080 (-3..-22% pair by pair, median
+// 3310 -> 2870, -13%);
 // BenchmarkRelayProcess (no taps) before 3.36 3.33 3.46 3.17 2.63 3.13
 // µs, after 3.24 3.28 2.97 3.06 2.73 3.22 (-3%, within the noise). Also
 // measured and left off: edge-triggered epoll reading every socket with
