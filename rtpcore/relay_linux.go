@@ -90,9 +90,10 @@ import (
 // the batch's legs are read ahead (warm), and the B2BUA's DTMF detector is
 // shown telephone events only (AddEventTap). Measured ABAB on a shared
 // host, all runs: BenchmarkConcurrentCallsRelay (bin/pbx, SIPp, 1,000
-// calls, 20 s hold) cpu_ns/packet before 2900 2760 3200 3640 3420 3500,
-// after 2500 2680 2500 3120 3060 3080 (-3..-22% pair by pair, median
-// 3310 -> 2870, -13%);
+// calls, 20 s hold) cpu_ns/packet before 2900 2760 3200 3640 3420 3500
+// 3140 2280 3240 3300, after 2500 2680 2500 3120 3060 3080 2740 2720 2860
+// 2840 (median 3220 -> 2790, -13%; one pair of ten the other way, at a
+// load average of 13);
 // BenchmarkRelayProcess (no taps) before 3.36 3.33 3.46 3.17 2.63 3.13
 // µs, after 3.24 3.28 2.97 3.06 2.73 3.22 (-3%, within the noise). Also
 // measured and left off: edge-triggered epoll reading every socket with
