@@ -96,7 +96,7 @@ func (i *Injection) write(pt uint8, payload []byte, samples uint32, marker bool)
 	l.started = true
 	l.injMu.Unlock()
 	i.buf = append(i.buf, payload...)
-	if !l.send(i.buf) {
+	if !l.send(i.buf, false) {
 		return nil // no remote yet: counted as unsent
 	}
 	l.injected.Add(1)

@@ -15,41 +15,52 @@ const maxPacket = 2048
 // and counters. Packets arriving on it are relayed to its bridged peer, if
 // any, and shown to its taps.
 type Leg struct {
-	sess  *Session
-	name  string
-	conn  *sock // RTP
-	local netip.AddrPort
-
-	peer    atomic.Pointer[Leg]
-	taps    atomic.Pointer[[]*tapEntry] // every tap: shown packets received (In)
-	outTaps atomic.Pointer[[]*tapEntry] // the taps that also see packets sent (Out)
-	inj     atomic.Pointer[Injection]
-	target  atomic.Pointer[netip.AddrPort] // where packets to the far end go
-
-	clockRate atomic.Uint32
-	tePT      atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown, teNone none
+	// The fields every relayed packet touches, receive side and send side
+	// (the peer's are the same fields of the peer), come first and
+	// together, so that a packet touches three or four cache lines of
+	// each leg rather than lines spread over a struct of many: with 2,000
+	// legs and the kernel's work in between, each of them is a miss. The
+	// first 64 bytes are what the peer's send reads too; the relay worker
+	// touches them ahead (see worker.warm).
+	mu         sync.Mutex   // guards the latching and receive-side state below
+	lastPacket atomic.Int64 // engine mono time of the last packet relayed from the far end; 0: none
+	peer       atomic.Pointer[Leg]
+	target     atomic.Pointer[dest]        // where packets to the far end go
+	taps       atomic.Pointer[[]*tapEntry] // the taps shown every packet received (In)
+	inj        atomic.Pointer[Injection]
+	conn       *sock // RTP
+	clockRate  atomic.Uint32
+	tePT       atomic.Int32 // telephone-event payload type of this leg's SDP; -1 unknown, teNone none
 
 	// Outbound counters are written by the peer's reader and by injections.
-	pktsOut        atomic.Uint64
-	bytesOut       atomic.Uint64
+	pktsOut  atomic.Uint64
+	bytesOut atomic.Uint64
+	outTaps  atomic.Pointer[[]*tapEntry] // the taps that also see packets sent (Out)
+	// eventTaps are the taps shown only telephone events received (see
+	// AddEventTap).
+	eventTaps atomic.Pointer[[]*tapEntry]
+
+	latched   bool
+	candCount int
+	lastLatch int64 // engine mono time of the last packet from the latched source
+	malformed uint64
+	strays    uint64 // packets from other sources while latched, not relayed
+	in        recvStats
+
+	sess  *Session
+	name  string
+	local netip.AddrPort
+
 	replaced       atomic.Uint64 // relayed packets dropped while an injection was active
 	injected       atomic.Uint64
 	unsent         atomic.Uint64 // packets for this leg with no address to go to
 	sendErrors     atomic.Uint64
 	lastSendErrLog atomic.Int64
 
-	// mu guards the latching and receive-side state below.
-	mu         sync.Mutex
-	sdpRemote  netip.AddrPort
-	latched    bool
-	lastLatch  time.Time // last packet from the latched source
-	cand       netip.AddrPort
-	candCount  int
-	candSince  time.Time // first packet of the candidate's current run
-	in         recvStats
-	malformed  uint64
-	strays     uint64 // packets from other sources while latched, not relayed
-	lastPacket time.Time
+	// Latching state off the fast path, guarded by mu.
+	sdpRemote netip.AddrPort
+	cand      netip.AddrPort
+	candSince int64 // engine mono time of the first packet of the candidate's current run
 
 	// injection sequence state, guarded by injMu.
 	injMu   sync.Mutex
@@ -59,7 +70,8 @@ type Leg struct {
 	tsWall  time.Time
 	started bool
 
-	scratch Packet // reused for taps by the leg's reader
+	scratch Packet      // reused for taps by the leg's reader
+	allTaps []*tapEntry // every tap attached, guarded by tapsMu
 
 	// RTCP on the odd port; rtcp is nil when the engine relays no RTCP.
 	rtcp         *sock
@@ -72,6 +84,18 @@ type Leg struct {
 
 	closing   atomic.Bool
 	closeOnce sync.Once
+}
+
+// dest is a leg's target: the far end's address and its kernel form for
+// the leg's socket, built when the target changes, not per packet.
+type dest struct {
+	ap  netip.AddrPort
+	raw rawDest
+}
+
+// newDest builds the target ap for l's socket.
+func (l *Leg) newDest(ap netip.AddrPort) *dest {
+	return &dest{ap: ap, raw: l.conn.rawDest(ap)}
 }
 
 func newLeg(s *Session, name string, conn, rtcp *sock) *Leg {
@@ -159,7 +183,7 @@ func (l *Leg) SetRemote(ap netip.AddrPort) {
 		l.rtcpTarget.Store(nil)
 		return
 	}
-	l.target.Store(&ap)
+	l.target.Store(l.newDest(ap))
 	if ap.Port() < 65535 {
 		rt := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
 		l.rtcpTarget.Store(&rt)
@@ -170,7 +194,7 @@ func (l *Leg) SetRemote(ap netip.AddrPort) {
 // source address, else the SDP address. It is invalid when unknown.
 func (l *Leg) Remote() netip.AddrPort {
 	if t := l.target.Load(); t != nil {
-		return *t
+		return t.ap
 	}
 	return netip.AddrPort{}
 }
@@ -230,8 +254,16 @@ func (l *Leg) Close() error {
 	return nil
 }
 
-// handle processes one received datagram.
+// handle processes one received datagram. On Linux a relay worker calls
+// handleAt within a batch, which a closing socket waits for; handle is for
+// the other platforms' readers and for tests that close no leg meanwhile.
 func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
+	l.handleAt(pkt, src, now, l.sess.e.mono(now))
+}
+
+// handleAt is handle with now's engine mono time, which a relay worker
+// takes once for a batch.
+func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64) {
 	h, err := ParseHeader(pkt)
 	isRTCP := err == nil && h.PayloadType >= 72 && h.PayloadType <= 76 // RTCP multiplexed on the RTP port
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
@@ -242,25 +274,20 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		l.mu.Unlock()
 		return
 	}
-	if !l.latch(src, now) {
+	if !l.latch(src, mono) {
 		l.strays++
 		l.mu.Unlock()
 		return
 	}
-	l.lastPacket = now
-	mono := l.sess.e.mono(now)
 	if !isRTCP {
 		l.in.update(&h, len(pkt), mono, l.clockRate.Load())
 	}
 	l.mu.Unlock()
-	l.sess.last.Store(mono)
+	l.lastPacket.Store(mono)
 
-	if taps := l.taps.Load(); taps != nil && !isRTCP {
-		p := &l.scratch
-		p.setTapped(l, In, &h, pkt, now)
-		for _, t := range *taps {
-			t.TapRTP(p)
-		}
+	from := l.tePT.Load()
+	if !isRTCP {
+		l.showIn(&h, pkt, now, from)
 	}
 
 	peer := l.peer.Load()
@@ -271,7 +298,7 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 		peer.replaced.Add(1)
 		return
 	}
-	if from, to := l.tePT.Load(), peer.tePT.Load(); from >= 0 && int32(h.PayloadType) == from {
+	if to := peer.tePT.Load(); from >= 0 && int32(h.PayloadType) == from {
 		if to == teNone {
 			// The peer's far end did not negotiate telephone-event: the
 			// payload type means nothing there (the signalling layer
@@ -283,7 +310,7 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 			h.PayloadType = uint8(to)
 		}
 	}
-	if !peer.send(pkt) {
+	if !peer.send(pkt, true) {
 		return
 	}
 	if taps := peer.outTaps.Load(); taps != nil && !isRTCP {
@@ -301,20 +328,19 @@ func (l *Leg) handle(pkt []byte, src netip.AddrPort, now time.Time) {
 // whatever the SDP said. Once latched, packets from elsewhere are dropped;
 // a new source takes over only when it has sent RelatchPackets packets
 // over at least RelatchSilence with nothing from the latched source in
-// between (a NAT rebinding). Both times are taken when packets are
-// processed, so a stalled relay working through a backlog does not mistake
-// a burst of strangers for a persistent source.
-func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
+// between (a NAT rebinding). Both times (engine mono times) are taken when
+// packets are processed, so a stalled relay working through a backlog does
+// not mistake a burst of strangers for a persistent source.
+func (l *Leg) latch(src netip.AddrPort, now int64) bool {
 	t := l.target.Load()
 	switch {
-	case t != nil && *t == src:
+	case t != nil && t.ap == src:
 		l.latched = true
 		l.lastLatch = now
 		l.candCount = 0
 		return true
 	case !l.latched:
-		s := src
-		l.target.Store(&s)
+		l.target.Store(l.newDest(src))
 		l.latched = true
 		l.lastLatch = now
 		l.candCount = 0
@@ -327,9 +353,9 @@ func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 		l.candCount = 1
 		l.candSince = now
 	}
-	if l.candCount >= l.sess.e.relatch && now.Sub(l.candSince) >= l.sess.e.relatchQ && now.Sub(l.lastLatch) >= l.sess.e.relatchQ {
-		s := src
-		l.target.Store(&s)
+	q := int64(l.sess.e.relatchQ)
+	if l.candCount >= l.sess.e.relatch && now-l.candSince >= q && now-l.lastLatch >= q {
+		l.target.Store(l.newDest(src))
 		l.lastLatch = now
 		l.candCount = 0
 		l.sess.log.Info("rtp source changed", "leg", l.name, "remote", src.String())
@@ -338,18 +364,25 @@ func (l *Leg) latch(src netip.AddrPort, now time.Time) bool {
 	return false
 }
 
-// send writes pkt to the far end and counts it.
-func (l *Leg) send(pkt []byte) bool {
+// send writes pkt to the far end and counts it; inBatch: from a relay
+// worker's batch (see sock.sendInBatch).
+func (l *Leg) send(pkt []byte, inBatch bool) bool {
 	t := l.target.Load()
 	if t == nil {
 		l.unsent.Add(1)
 		return false
 	}
-	if err := l.conn.sendTo(pkt, *t); err != nil {
+	var err error
+	if inBatch {
+		err = l.conn.sendInBatch(pkt, &t.raw)
+	} else {
+		err = l.conn.sendRaw(pkt, &t.raw)
+	}
+	if err != nil {
 		l.sendErrors.Add(1)
 		now := time.Now().Unix()
 		if last := l.lastSendErrLog.Load(); now-last >= 10 && l.lastSendErrLog.CompareAndSwap(last, now) {
-			l.sess.log.Warn("rtp send", "leg", l.name, "remote", t.String(), "err", err)
+			l.sess.log.Warn("rtp send", "leg", l.name, "remote", t.ap.String(), "err", err)
 		}
 		return false
 	}
@@ -409,9 +442,11 @@ func (l *Leg) Stats() LegStats {
 	st.BytesIn = l.in.bytes
 	st.PacketsLost = l.in.lost()
 	st.Jitter = l.in.jitterDuration(l.clockRate.Load())
-	st.LastPacket = l.lastPacket
 	st.Malformed = l.malformed
 	st.Strays = l.strays
 	l.mu.Unlock()
+	if m := l.lastPacket.Load(); m != 0 {
+		st.LastPacket = l.sess.e.epoch.Add(time.Duration(m))
+	}
 	return st
 }

@@ -81,6 +81,29 @@ import (
 // batch (relayPause) and two workers on two cores (relayWorkers) changed
 // nothing measurable here.
 //
+// The Go side of a packet (issue 16, ~12% of the relay thread's samples
+// at 1,000 calls, the kernel the rest) touches few cache lines: the hot
+// fields of a leg are packed in its first four lines (see Leg), its target
+// carries its kernel socket address built once, the session's last packet
+// time is kept per leg, the engine's mono time is taken once per batch,
+// the sockets of a batch are not counted in use one by one (see serve),
+// the batch's legs are read ahead (warm), and the B2BUA's DTMF detector is
+// shown telephone events only (AddEventTap). Measured ABAB on a shared
+// host, all runs: BenchmarkConcurrentCallsRelay (bin/pbx, SIPp, 1,000
+// calls, 20 s hold) cpu_ns/packet before 2900 2760 3200 3640 3420 3500
+// 3140 2280 3240 3300, after 2500 2680 2500 3120 3060 3080 2740 2720 2860
+// 2840 (median 3220 -> 2790, -13%; one pair of ten the other way, at a
+// load average of 13);
+// BenchmarkRelayProcess (no taps) before 3.36 3.33 3.46 3.17 2.63 3.13
+// µs, after 3.24 3.28 2.97 3.06 2.73 3.22 (-3%, within the noise). Also
+// measured and left off: edge-triggered epoll reading every socket with
+// recvmmsg (saves epoll's second poll of each socket, costs recvmmsg's
+// extra attempt: no gain), recvfrom for every socket of a full batch
+// (PBX_RELAY_READ_ONE: no gain end to end although recvmmsg of one
+// datagram costs ~165 ns more than recvfrom), a pause after small
+// batches end to end (the relay is then preempted by the phones it wakes
+// instead of sleeping: as many switches, no gain).
+//
 // History: before, a worker parked in the runtime's poller on its epoll
 // descriptor and, once woken, polled the set without blocking until a
 // pass found nothing, making one poll in every 10 ms an ordinary system
@@ -133,11 +156,15 @@ type engineIO struct {
 
 // worker reads the sockets registered in its epoll set.
 type worker struct {
+	e    *Engine
 	log  *slog.Logger
 	epfd int // the epoll set
 	wake int // eventfd in the set, written to stop the worker
 	stop atomic.Bool
 	done chan struct{}
+	// batch counts the worker's batches, begun and ended: odd while it
+	// serves one (see serve).
+	batch atomic.Uint32
 
 	mu      sync.Mutex
 	socks   []*sock // by slot, the epoll event's data; nil when free
@@ -149,6 +176,7 @@ type worker struct {
 	events []unix.EpollEvent
 	ready  []*sock // the sockets of events, looked up under mu once per batch
 	rx     rxBatch
+	sink   uintptr // what warm read, kept so that its loads are made
 }
 
 // maxEvents bounds the ready sockets taken from one epoll_wait.
@@ -172,7 +200,7 @@ func workersFor(procs int) int {
 // (BenchmarkRelayProcess: PBX_RELAY_WORKERS).
 var relayWorkers int
 
-func newWorker(log *slog.Logger) (*worker, error) {
+func newWorker(e *Engine) (*worker, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll: %w", err)
@@ -195,7 +223,8 @@ func newWorker(log *slog.Logger) (*worker, error) {
 		return nil, fmt.Errorf("epoll add: %w", err)
 	}
 	return &worker{
-		log:    log,
+		e:      e,
+		log:    e.log,
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
@@ -286,7 +315,20 @@ func pause(d time.Duration) {
 // fallen behind (see rxBatch.read), and relays it. It
 // reports whether the worker is to stop. The packets of a batch share one
 // arrival time: they were all queued by the time the batch began.
+//
+// The sockets a batch reads and sends on are not counted in use one by
+// one (two locked instructions each, ~2% of the relay's samples): the
+// worker's batch count is odd while it serves, and a socket being closed
+// waits for the batch in progress of every worker of the engine to end
+// (see sock.close); a batch skips a socket already closing.
 func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
+	w.batch.Add(1)
+	stop = w.serveBatch(events, now)
+	w.batch.Add(1)
+	return stop
+}
+
+func (w *worker) serveBatch(events []unix.EpollEvent, now time.Time) (stop bool) {
 	ready := w.ready[:len(events)]
 	w.mu.Lock()
 	for i := range events {
@@ -296,7 +338,11 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 		}
 	}
 	w.mu.Unlock()
+	if warmAhead {
+		w.warm(ready)
+	}
 	w.rx.next(len(events))
+	mono := w.e.mono(now)
 	for i, s := range ready {
 		ready[i] = nil
 		if events[i].Fd == wakeSlot {
@@ -305,7 +351,7 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 			}
 			continue
 		}
-		if s == nil || !s.acquire() {
+		if s == nil || s.closing() {
 			continue
 		}
 		// A stale event for a slot reused since finds nothing to read.
@@ -317,12 +363,61 @@ func (w *worker) serve(events []unix.EpollEvent, now time.Time) (stop bool) {
 			if s.rtcp {
 				s.leg.handleRTCP(pkt, src)
 			} else {
-				s.leg.handle(pkt, src, now)
+				s.leg.handleAt(pkt, src, now, mono)
 			}
 		}
-		s.release()
 	}
 	return false
+}
+
+// awaitBatches waits for the batch in progress, if any, of each worker
+// of the engine and of w (a test's worker), which may be using a socket
+// that is closing; a batch that begins later sees it closing and leaves
+// it alone.
+func (e *Engine) awaitBatches(w *worker) {
+	e.io.mu.Lock()
+	ws := append(make([]*worker, 0, len(e.io.workers)+1), e.io.workers...)
+	e.io.mu.Unlock()
+	for _, x := range append(ws, w) {
+		if b := x.batch.Load(); b&1 == 1 {
+			for x.batch.Load() == b {
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}
+}
+
+// warmAhead makes serve touch a batch's legs ahead (see warm);
+// BenchmarkRelayProcess clears it (PBX_RELAY_WARM=0) to compare both in
+// one binary.
+var warmAhead = true
+
+// warm reads, for every ready socket of a batch before the first is
+// handled, the first cache lines of its leg and of the leg's peer, their
+// targets and the peer's socket: what handling a packet reads first. The misses
+// of different legs then overlap, where handling the sockets in turn takes
+// them one at a time, each after system calls that have pushed them out of
+// the nearer caches (the leg's mutex was the hottest instruction of the
+// relay's Go code, a miss behind a locked instruction).
+func (w *worker) warm(ready []*sock) {
+	var sum uintptr
+	for _, s := range ready {
+		if s == nil || s.leg == nil {
+			continue
+		}
+		l := s.leg
+		sum += uintptr(l.lastPacket.Load())
+		if t := l.target.Load(); t != nil {
+			sum += uintptr(t.ap.Port())
+		}
+		if p := l.peer.Load(); p != nil {
+			sum += uintptr(p.pktsOut.Load()) + uintptr(p.conn.fd)
+			if t := p.target.Load(); t != nil {
+				sum += t.raw.salen
+			}
+		}
+	}
+	w.sink = sum
 }
 
 // add registers s with the worker's epoll set.
@@ -391,7 +486,7 @@ func (e *Engine) worker() (*worker, error) {
 		n := workersFor(procsBefore())
 		ws := make([]*worker, 0, n)
 		for range n {
-			w, err := newWorker(e.log)
+			w, err := newWorker(e)
 			if err != nil {
 				for _, w := range ws {
 					w.close()

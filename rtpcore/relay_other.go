@@ -80,6 +80,18 @@ func (s *sock) sendTo(b []byte, addr netip.AddrPort) error {
 	return err
 }
 
+// rawDest is a destination for sendRaw; on Linux it holds the kernel's
+// form of the address, built once per target.
+type rawDest struct{ ap netip.AddrPort }
+
+func (s *sock) rawDest(addr netip.AddrPort) rawDest { return rawDest{addr} }
+
+// sendRaw is sendTo to a destination built by rawDest.
+func (s *sock) sendRaw(b []byte, d *rawDest) error { return s.sendTo(b, d.ap) }
+
+// sendInBatch is sendRaw from the leg's reader.
+func (s *sock) sendInBatch(b []byte, d *rawDest) error { return s.sendTo(b, d.ap) }
+
 // readLoop is the RTP socket's only reader.
 func (l *Leg) readLoop() {
 	l.readSock(l.conn, func(b []byte, src netip.AddrPort) { l.handle(b, src, time.Now()) })

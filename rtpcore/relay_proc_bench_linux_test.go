@@ -74,7 +74,8 @@ func TestMain(m *testing.M) {
 // play_pcap_audio does per call (see openRawUDP); PBX_RELAY_SCHED_CALLS=1
 // makes the relay's non-blocking calls ordinary system calls again (see
 // rawCall); PBX_RELAY_READ_ONE=1 makes the workers read one datagram per
-// ready socket per round again (see readOne). PBX_BENCH_SIDE=1 adds a side
+// ready socket per round again (see readOne); PBX_RELAY_WARM=0 stops
+// the workers touching a batch's legs ahead (see warmAhead). PBX_BENCH_SIDE=1 adds a side
 // probe standing for the rest of the process (see sideProbe): its
 // round-trip and the GC's stop-the-world p99.
 //
@@ -88,6 +89,7 @@ func BenchmarkRelayProcess(b *testing.B) {
 	secs, rounds := envInt("PBX_BENCH_SECONDS", 5), envInt("PBX_BENCH_ROUNDS", 2)
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
 	readOne = os.Getenv("PBX_RELAY_READ_ONE") == "1"
+	warmAhead = os.Getenv("PBX_RELAY_WARM") != "0"
 	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
 		relayPause = time.Duration(us) * time.Microsecond
 	}

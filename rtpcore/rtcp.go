@@ -62,7 +62,7 @@ func (l *Leg) handleRTCP(pkt []byte, src netip.AddrPort) {
 		ok = true
 	default:
 		rt := l.target.Load()
-		ok = rt != nil && rt.Addr() == src.Addr()
+		ok = rt != nil && rt.ap.Addr() == src.Addr()
 	}
 	if ok {
 		l.rtcpLatched = true

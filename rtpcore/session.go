@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -28,9 +27,8 @@ type Session struct {
 	log     *slog.Logger
 	created time.Time
 
-	last atomic.Int64 // engine mono time of the last received packet
-
 	mu        sync.Mutex
+	last      int64 // engine mono time of creation, or of the last packet of a leg gone since (see lastMono)
 	legs      []*Leg
 	closed    bool
 	timeout   time.Duration
@@ -50,7 +48,7 @@ func (e *Engine) NewSession(opts SessionOptions) (*Session, error) {
 		created:   now,
 		onTimeout: opts.OnTimeout,
 	}
-	s.last.Store(e.mono(now))
+	s.last = e.mono(now)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -113,6 +111,7 @@ func (s *Session) dropLeg(l *Leg) {
 	for i, x := range s.legs {
 		if x == l {
 			s.legs = append(s.legs[:i], s.legs[i+1:]...)
+			s.last = max(s.last, l.lastPacket.Load())
 			return
 		}
 	}
@@ -134,12 +133,28 @@ func (s *Session) Unbridge(l *Leg) { l.Unbridge() }
 // LastPacket is when the last packet arrived on any leg (the session's
 // creation time before the first packet).
 func (s *Session) LastPacket() time.Time {
-	return s.e.epoch.Add(time.Duration(s.last.Load()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.e.epoch.Add(time.Duration(s.lastMono()))
 }
 
 // Idle is how long no packet has arrived on any leg of the session.
 func (s *Session) Idle() time.Duration {
-	return time.Duration(s.e.mono(time.Now()) - s.last.Load())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.e.mono(time.Now()) - s.lastMono())
+}
+
+// lastMono is the engine mono time of the last packet on any leg, or of
+// the session's creation before the first; called with s.mu held. Each
+// leg keeps its own (Leg.lastPacket) so that a packet does not touch the
+// session's memory too; a leg leaving folds its own into s.last.
+func (s *Session) lastMono() int64 {
+	last := s.last
+	for _, l := range s.legs {
+		last = max(last, l.lastPacket.Load())
+	}
+	return last
 }
 
 // SetMediaTimeout changes the silence after which OnTimeout is called;
@@ -163,9 +178,10 @@ func (s *Session) SetMediaTimeout(d time.Duration) {
 	s.timer = time.AfterFunc(d, s.checkTimeout)
 }
 
-// silence is how long the session has been silent since it was armed.
+// silence is how long the session has been silent since it was armed;
+// called with s.mu held.
 func (s *Session) silence() time.Duration {
-	since := max(s.last.Load(), s.armedAt)
+	since := max(s.lastMono(), s.armedAt)
 	return time.Duration(s.e.mono(time.Now()) - since)
 }
 

@@ -77,7 +77,8 @@ var tapsMu sync.Mutex // serialises copy-on-write updates of every leg's tap lis
 // Tap values (a TapFunc is not comparable).
 type tapEntry struct {
 	Tap
-	inOnly bool // shown only packets received from the far end
+	inOnly     bool // shown only packets received from the far end
+	eventsOnly bool // and only those of the leg's telephone-event payload type
 }
 
 // AddTap attaches t to the leg and returns a function that detaches it.
@@ -91,12 +92,20 @@ func (l *Leg) AddTap(t Tap) (remove func()) { return l.addTap(&tapEntry{Tap: t})
 // half as many calls as one attached with AddTap.
 func (l *Leg) AddInTap(t Tap) (remove func()) { return l.addTap(&tapEntry{Tap: t, inOnly: true}) }
 
+// AddEventTap attaches t to the leg so that it sees only the packets
+// received from the far end (In) whose payload type is the leg's
+// telephone-event type (see SetTelephoneEventPT; none while it is
+// unknown), and returns a function that detaches it. Audio, nearly every
+// packet, is not shown to it and builds no Packet: a DTMF detector costs
+// the relay nothing until digits come (issue 16: the detector's tap on
+// every leg of 1,000 calls).
+func (l *Leg) AddEventTap(t Tap) (remove func()) {
+	return l.addTap(&tapEntry{Tap: t, inOnly: true, eventsOnly: true})
+}
+
 func (l *Leg) addTap(e *tapEntry) (remove func()) {
 	tapsMu.Lock()
-	var next []*tapEntry
-	if cur := l.taps.Load(); cur != nil {
-		next = append(next, (*cur)...)
-	}
+	next := append([]*tapEntry(nil), l.allTaps...)
 	l.storeTaps(append(next, e))
 	tapsMu.Unlock()
 	var once sync.Once
@@ -104,12 +113,8 @@ func (l *Leg) addTap(e *tapEntry) (remove func()) {
 		once.Do(func() {
 			tapsMu.Lock()
 			defer tapsMu.Unlock()
-			cur := l.taps.Load()
-			if cur == nil {
-				return
-			}
 			var rest []*tapEntry
-			for _, x := range *cur {
+			for _, x := range l.allTaps {
 				if x != e {
 					rest = append(rest, x)
 				}
@@ -119,25 +124,59 @@ func (l *Leg) addTap(e *tapEntry) (remove func()) {
 	}
 }
 
-// storeTaps publishes all as the leg's taps, and those not limited to In
-// packets as its Out taps (nil lists when empty, so the relay pays one
-// atomic load). It is called with tapsMu held.
+// storeTaps publishes all as the leg's taps: those that see audio In
+// packets, the event-only ones, and those not limited to In packets as its
+// Out taps (nil lists when empty, so the relay pays one atomic load for
+// each). It is called with tapsMu held; l.allTaps keeps all for the next
+// change.
 func (l *Leg) storeTaps(all []*tapEntry) {
-	var out []*tapEntry
+	var in, events, out []*tapEntry
 	for _, x := range all {
+		switch {
+		case x.eventsOnly:
+			events = append(events, x)
+		default:
+			in = append(in, x)
+		}
 		if !x.inOnly {
 			out = append(out, x)
 		}
 	}
-	if len(all) == 0 {
-		l.taps.Store(nil)
+	l.allTaps = all
+	storeList(&l.taps, in)
+	storeList(&l.eventTaps, events)
+	storeList(&l.outTaps, out)
+}
+
+// storeList publishes list in p, nil when it is empty.
+func storeList(p *atomic.Pointer[[]*tapEntry], list []*tapEntry) {
+	if len(list) == 0 {
+		p.Store(nil)
 	} else {
-		l.taps.Store(&all)
+		p.Store(&list)
 	}
-	if len(out) == 0 {
-		l.outTaps.Store(nil)
-	} else {
-		l.outTaps.Store(&out)
+}
+
+// showIn shows a packet received on l to its taps: those of every packet
+// and, when it is a telephone event of the leg's payload type te, the
+// event-only ones.
+func (l *Leg) showIn(h *Header, pkt []byte, now time.Time, te int32) {
+	taps := l.taps.Load()
+	var events *[]*tapEntry
+	if te >= 0 && int32(h.PayloadType) == te {
+		events = l.eventTaps.Load()
+	}
+	if taps == nil && events == nil {
+		return
+	}
+	p := &l.scratch
+	p.setTapped(l, In, h, pkt, now)
+	for _, list := range [2]*[]*tapEntry{taps, events} {
+		if list != nil {
+			for _, t := range *list {
+				t.TapRTP(p)
+			}
+		}
 	}
 }
 
