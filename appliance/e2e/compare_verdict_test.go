@@ -238,8 +238,8 @@ func TestCompareTable(t *testing.T) {
 // packet.
 func TestRTPProbe(t *testing.T) {
 	ms := time.Millisecond
-	p := probeStats(200, []time.Duration{3 * ms, 1 * ms, 2 * ms, 9 * ms})
-	if p.received != 4 || p.jitterP99 != 8*ms || p.loss() != 98 {
+	p := probeStats(200, []time.Duration{3 * ms, 1 * ms, 2 * ms, 9 * ms}, []time.Duration{3 * ms, 1 * ms, 2 * ms, 19 * ms})
+	if p.received != 4 || p.jitterP99 != 8*ms || p.readP99 != 18*ms || p.loss() != 98 {
 		t.Errorf("stats %+v, loss %.1f%%", p, p.loss())
 	}
 	rtts := make([]time.Duration, 1000)
@@ -247,10 +247,10 @@ func TestRTPProbe(t *testing.T) {
 		rtts[i] = ms
 	}
 	rtts[0], rtts[1] = 50*ms, 40*ms // the two slowest are past the 99th percentile
-	if p := probeStats(1000, rtts); p.jitterP99 != 0 || probeVerdict(p) != verdictMet {
+	if p := probeStats(1000, rtts, rtts); p.jitterP99 != 0 || probeVerdict(p) != verdictMet {
 		t.Errorf("1000 round trips of 1 ms but 2: jitter p99 %s, verdict %s", p.jitterP99, probeVerdict(p))
 	}
-	if v := probeVerdict(probeStats(1000, rtts[:998])); v != verdictNotMet {
+	if v := probeVerdict(probeStats(1000, rtts[:998], rtts[:998])); v != verdictNotMet {
 		t.Errorf("0.2%% lost: %s", v)
 	}
 	if v := probeVerdict(rtpProbe{err: "probe call not answered"}); !strings.HasPrefix(v, "n/a") {
@@ -286,11 +286,26 @@ func TestRTPProbe(t *testing.T) {
 		}
 	}()
 	c := &probeCall{from: from, to: to, relay: relay.LocalAddr().(*net.UDPAddr)}
+	// A packet's arrival is the kernel's stamp, not when it was read.
+	if err := c.stampArrivals(); err != nil {
+		t.Fatal(err)
+	}
+	sentAt := time.Now()
+	if _, err := from.WriteToUDP([]byte("stamp"), to.LocalAddr().(*net.UDPAddr)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // read well after the arrival
+	oob := make([]byte, 128)
+	_, oobn, _, _, err := to.ReadMsgUDP(make([]byte, 64), oob)
+	read := time.Now()
+	if at, ok := arrival(oob[:oobn]); err != nil || !ok || at.Before(sentAt.Add(-time.Millisecond)) || read.Sub(at) < 25*time.Millisecond {
+		t.Errorf("arrival stamp %v (%t, err %v): sent at %v, read at %v", at, ok, err, sentAt, read)
+	}
 	got := c.run(300 * time.Millisecond)
 	if got.sent != 60 || got.received != got.sent-got.sent/10 {
 		t.Errorf("sent %d, %d arrived; want every tenth lost", got.sent, got.received)
 	}
-	if got.jitterP99 <= 0 || got.jitterP99 > 100*ms {
-		t.Errorf("jitter p99 through the forwarder %s", got.jitterP99)
+	if got.jitterP99 <= 0 || got.jitterP99 > 100*ms || got.readP99 <= 0 || got.readP99 > 100*ms {
+		t.Errorf("jitter p99 through the forwarder %s (%s as read)", got.jitterP99, got.readP99)
 	}
 }
