@@ -15,7 +15,7 @@ import (
 // the engine, which closes the legs.
 func testWorker(t *testing.T, e *Engine, legs ...*Leg) *worker {
 	t.Helper()
-	w, err := newWorker(e.log)
+	w, err := newWorker(e.log, e.priority)
 	if err != nil {
 		t.Fatal(err)
 	}
