@@ -186,8 +186,12 @@ func (a *Appliance) newMWI(auth *registrar.Auth, onAuthFailure func(netip.AddrPo
 // newMedia builds the RTP engine on the address SIP listens on, with the
 // configured port range, quarantine and advertised address.
 func newMedia(sys *config.System, log *slog.Logger) (*rtpcore.Engine, error) {
+	prio, err := rtpcore.ParsePriority(sys.Media.RelayPriority)
+	if err != nil {
+		return nil, err // validation lets only the three names through
+	}
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
-		Quarantine: sys.Media.PortQuarantine.D()}
+		Quarantine: sys.Media.PortQuarantine.D(), Priority: prio}
 	mediaOpts.MaxPorts = boundMediaPorts(sys.Media.RTPPortMin, sys.Media.RTPPortMax, log)
 	if mediaOpts.Quarantine == 0 {
 		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all

@@ -52,6 +52,9 @@ type Options struct {
 	// a leg beyond it fails with ErrPortsExhausted. Zero means the port
 	// range alone bounds them.
 	MaxPorts int
+	// Priority schedules the relay's threads against the host's other
+	// programs (Linux only; see Priority). Zero is PriorityNormal.
+	Priority Priority
 }
 
 // Engine owns the port pool and every media session of the process.
@@ -63,6 +66,7 @@ type Engine struct {
 	relatch   int
 	relatchQ  time.Duration
 	rtcp      bool
+	priority  Priority
 	epoch     time.Time
 
 	io engineIO // the relay's readers, see relay_linux.go
@@ -114,6 +118,7 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 		relatch:   rl,
 		relatchQ:  rq,
 		rtcp:      !opts.NoRTCP,
+		priority:  opts.Priority,
 		epoch:     time.Now(),
 		sessions:  make(map[*Session]struct{}),
 	}, nil

@@ -32,6 +32,9 @@ import (
 var (
 	procRelayIP = netip.MustParseAddr("127.0.0.3")
 	procPhoneIP = netip.MustParseAddr("127.0.0.2")
+	// procRelayPriority is the relay's Options.Priority
+	// (PBX_RELAY_PRIORITY).
+	procRelayPriority = PriorityNormal
 )
 
 // phonesEnv, set to a number of calls, turns the test binary into the
@@ -66,8 +69,9 @@ func TestMain(m *testing.M) {
 // Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
-// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_NICE sets the workers'
-// thread priority (see relayNice), PBX_RELAY_PAUSE_US their pause after
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PRIORITY sets the workers'
+// thread priority (normal, high or realtime: see Priority; normal by
+// default), PBX_RELAY_PAUSE_US their pause after
 // a small batch (see relayPause), PBX_RELAY_WORKERS their number (see
 // workersFor); PBX_BENCH_RAW_SOCKETS
 // opens that many raw UDP sockets on the phones' address, as SIPp's
@@ -90,12 +94,12 @@ func BenchmarkRelayProcess(b *testing.B) {
 	scheduledCalls = os.Getenv("PBX_RELAY_SCHED_CALLS") == "1"
 	readOne = os.Getenv("PBX_RELAY_READ_ONE") == "1"
 	warmAhead = os.Getenv("PBX_RELAY_WARM") != "0"
-	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil && us >= 0 {
+	if us, err := strconv.Atoi(os.Getenv("PBX_RELAY_PAUSE_US")); err == nil { // negative: none
 		relayPause = time.Duration(us) * time.Microsecond
 	}
 	relayWorkers = envInt("PBX_RELAY_WORKERS", 0)
-	if n, err := strconv.Atoi(os.Getenv("PBX_RELAY_NICE")); err == nil {
-		relayNice = n
+	if p, err := ParsePriority(os.Getenv("PBX_RELAY_PRIORITY")); err == nil {
+		procRelayPriority = p
 	}
 	for _, c := range []struct {
 		name                string
@@ -223,7 +227,7 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), pairs)
 	}
 
-	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1}, nil)
+	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1, Priority: procRelayPriority}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

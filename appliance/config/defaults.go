@@ -45,6 +45,9 @@ const (
 	// DefaultPortQuarantine rests a released RTP port briefly: with the
 	// default 10000-20000 range, 2,000 one-second calls a second fit.
 	DefaultPortQuarantine = 200 * time.Millisecond
+	// DefaultRelayPriority wakes the RTP relay ahead of the host's other
+	// programs, as Asterisk's -p and FreeSWITCH's -rp do for their media.
+	DefaultRelayPriority = "realtime"
 	// sip.tcp: longer than phones' CRLF keep-alive and TCP registration
 	// refresh; caps well below the unit's LimitNOFILE (65536).
 	DefaultTCPIdleTimeout    = 10 * time.Minute
@@ -64,7 +67,8 @@ func (s *System) setDefaults() {
 	s.SIP = SIP{BindHost: DefaultSIPBindHost, BindPort: DefaultSIPPort, Transports: []Listener{{Transport: "udp", Bare: true}},
 		TCP:              SIPTCP{IdleTimeout: Duration(DefaultTCPIdleTimeout), MaxConnections: DefaultTCPMaxConnections, MaxPerSource: DefaultTCPMaxPerSource},
 		DigestAlgorithms: append([]string(nil), DefaultDigestAlgorithms...)}
-	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout), PortQuarantine: Duration(DefaultPortQuarantine)}
+	s.Media = Media{Codecs: append([]string(nil), DefaultCodecs...), Timeout: Duration(DefaultMediaTimeout), PortQuarantine: Duration(DefaultPortQuarantine),
+		RelayPriority: DefaultRelayPriority}
 	s.Recording.setDefaults()
 	s.Voicemail = Voicemail{MaxMessage: Duration(DefaultMaxMessage), MWI: true}
 	s.API = API{

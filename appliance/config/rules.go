@@ -44,6 +44,7 @@ var rules = map[string]string{
 	"media.externalIp":        "externalIp not an IP address",
 	"media.timeout":           "negative media timeout",
 	"media.portQuarantine":    "RTP port rest negative or over a minute",
+	"media.relayPriority":     "relayPriority not normal, high or realtime",
 	"moh.file":                "music-on-hold file unreadable",
 	"timezone":                "unknown IANA time zone",
 	"system.defaultTrunk":     "defaultTrunk names no trunk",

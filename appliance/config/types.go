@@ -146,6 +146,11 @@ type Media struct {
 	// call may take it; zero: none. Not in the specification's table: a pbx
 	// extension.
 	PortQuarantine Duration `yaml:"portQuarantine"`
+	// RelayPriority schedules the RTP relay's threads against the host's
+	// other programs: normal, high (nice -10) or realtime (SCHED_FIFO,
+	// falling back to high, then normal, where the host refuses it). Not
+	// in the specification's table: a pbx extension.
+	RelayPriority string `yaml:"relayPriority"`
 }
 
 // MOH is a music-on-hold block (System or Tenant).

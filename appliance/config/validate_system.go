@@ -83,6 +83,11 @@ func (v *validator) media(m *Meta, md *Media) {
 	if q := md.PortQuarantine; q < 0 || q > Duration(time.Minute) {
 		v.errf(m, "media.portQuarantine", "media.portQuarantine", "must be between 0s and 1m (%s): a port resting longer only shrinks the range", q)
 	}
+	switch md.RelayPriority {
+	case "normal", "high", "realtime":
+	default:
+		v.errf(m, "media.relayPriority", "media.relayPriority", "relayPriority must be normal, high or realtime, not %q", md.RelayPriority)
+	}
 	if md.ExternalIP != "" && net.ParseIP(md.ExternalIP) == nil {
 		v.errf(m, "media.externalIp", "media.externalIp", "%q is not an IP address", md.ExternalIP)
 	}

@@ -216,6 +216,7 @@ type kamailioConfig struct {
 	Secret                string
 	TrunkIP               string
 	RTPMin, RTPMax        int
+	Realtime              bool // rtpengine's threads first-in first-out, as the PBX's relay by default
 	Accounts              []compareAccount
 	DIDs                  []compareDID
 }
@@ -241,15 +242,19 @@ func renderBenchTemplate(t testing.TB, dir, name string, data any) string {
 }
 
 // startKamailio starts Kamailio on a free loopback port with the accounts,
-// and with media rtpengine first, both configured from packaging/bench.
-func startKamailio(b *testing.B, bins kamailioBins, accounts []compareAccount, media bool) *sut {
+// and with media rtpengine first (its threads realtime when realtime),
+// both configured from packaging/bench.
+func startKamailio(b *testing.B, bins kamailioBins, accounts []compareAccount, media, realtime bool) *sut {
 	dir := b.TempDir()
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	c := kamailioConfig{IP: "127.0.0.1", Port: freePort(b), NGPort: freePort(b), CLIPort: freePort(b),
 		Children: benchEnvInt("PBX_COMPARE_KAMAILIO_CHILDREN", 8), Secret: hex.EncodeToString(secret), TrunkIP: compareTrunkIP,
-		RTPMin: benchRTPMin, RTPMax: benchRTPMax, Accounts: accounts, DIDs: compareDIDs}
+		RTPMin: benchRTPMin, RTPMax: benchRTPMax, Realtime: realtime, Accounts: accounts, DIDs: compareDIDs}
 	s := &sut{name: "kamailio", addr: fmt.Sprintf("%s:%d", c.IP, c.Port)}
+	if realtime {
+		s.name = "kamailio, rtpengine realtime"
+	}
 	var daemons []*daemon
 	s.stop = func() {
 		for i := len(daemons) - 1; i >= 0; i-- {
