@@ -32,7 +32,7 @@ type committer struct {
 const commitPace = 25 * time.Millisecond
 
 // asyncCommit is a commit whose record file is written and whose journal
-// entry is appended, waiting for the fdatasync that makes it durable.
+// entry is staged, waiting for the fdatasync that makes it durable.
 type asyncCommit struct {
 	n          Record // normalized
 	dir, final string
@@ -44,7 +44,8 @@ type asyncCommit struct {
 
 // CommitThen commits r as Commit does, but the wait for the disk leaves the
 // caller: it returns once the record file is in place (a killed process
-// loses nothing) and its commit journal entry appended, and calls done
+// loses nothing) and its commit journal entry staged (the committer's
+// sync writes it), and calls done
 // once the record is durable (a power cut no longer loses it), indexed
 // and its marker removed, with the error Commit would have returned; what
 // the record is durably may be announced from done. done runs on the

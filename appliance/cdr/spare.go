@@ -395,7 +395,7 @@ func (sp *spares) putMarker(dir, path string, data []byte) bool {
 	dfd := sp.openDir(dir)
 	if f, ok := sp.take(dir); ok {
 		name := f.path
-		kept, ok, _ := writeInto(f, dfd, path, data, false, true, nil)
+		kept, ok, _ := writeInto(f, dfd, path, padMarker(data, f.size), false, true, nil)
 		sp.settle(dir, name)
 		if ok {
 			sp.hold(path, kept)
@@ -414,6 +414,24 @@ func (sp *spares) putMarker(dir, path string, data []byte) bool {
 		sp.hold(path, kept)
 	}
 	return ok
+}
+
+// maxMarkerPad bounds the spaces padMarker adds.
+const maxMarkerPad = 512
+
+// padMarker returns the marker data padded with spaces (JSON whitespace,
+// which readers skip) to size, the length of the spare it is written
+// into, when that is longer by at most maxMarkerPad: the spare is then
+// overwritten whole, not cut to length with an ftruncate (one system call
+// fewer for most markers, whose lengths differ by a few bytes).
+func padMarker(data []byte, size int) []byte {
+	if pad := size - len(data); pad > 0 && pad <= maxMarkerPad {
+		data = slices.Grow(data, pad)
+		for range pad {
+			data = append(data, ' ')
+		}
+	}
+	return data
 }
 
 // putRecord writes the record file data at path, in a day directory,
