@@ -2,6 +2,7 @@ package cdr
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,10 +29,16 @@ func inodeOf(path string) uint64 {
 // another allocate no new marker inode; each marker still reads whole
 // (each is shorter than the one before, so one not cut to length would
 // carry the tail of the previous: it is padded with spaces to the file's
-// length instead, not cut), and recovery removes spares without reporting
-// them.
+// length instead, not cut, also when no file is kept open between uses),
+// and recovery removes spares without reporting them.
 func TestMarkerFilesReused(t *testing.T) {
-	s := newTestStore(t, nil, nil)
+	for _, open := range []int{0, -1} {
+		t.Run(fmt.Sprintf("maxOpenFiles=%d", open), func(t *testing.T) { testMarkerFilesReused(t, open) })
+	}
+}
+
+func testMarkerFilesReused(t *testing.T, maxOpen int) {
+	s := newTestStore(t, nil, func(o *Options) { o.MaxOpenFiles = maxOpen })
 	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
 	inodes := map[uint64]bool{}
 	sizes := map[uint64]int64{} // the length of each inode's last marker
