@@ -18,6 +18,7 @@ type committer struct {
 	spare   []*asyncCommit // the previous batch's slice, reused
 	running bool
 	last    time.Time // when the last batch was taken
+	lines   []byte    // the index lines of a day file in a batch, reused by the committer
 }
 
 // commitPace is the least time between two batches: the commits handed
@@ -218,7 +219,12 @@ func (s *Store) indexBatch(cs []*asyncCommit) []*asyncCommit {
 		}
 		groups[c.dir] = append(groups[c.dir], c)
 	}
-	var lines []byte
+	lines := s.commits.lines // indexBatch runs on the committer only
+	defer func() {
+		if cap(lines) <= maxStagedKept {
+			s.commits.lines = lines[:0]
+		}
+	}()
 	for _, dir := range dirs {
 		group := groups[dir]
 		lines = lines[:0]

@@ -238,8 +238,9 @@ func (j *journal) gather() {
 	}
 }
 
-// maxStagedKept bounds the staging buffer kept between syncs.
-const maxStagedKept = 256 << 10
+// maxStagedKept bounds the staging buffer kept between syncs: a batch of
+// about a thousand records (a burst's larger one is let go).
+const maxStagedKept = journalHalf / 2
 
 // write writes the staged entries, one pwrite for those that fit in the
 // current half (a full half hands over to the other, switchHalf), each
