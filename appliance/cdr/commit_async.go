@@ -3,7 +3,6 @@ package cdr
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -70,7 +69,7 @@ func (s *Store) CommitThen(r *Record, done func(error)) {
 	n := &c.n
 	s.untrack(recKey{n.Tenant, n.ID}) // the call has ended: its marker's time must stay put
 	c.dir = s.dayDir(n.Tenant, n.Start)
-	c.final = filepath.Join(c.dir, string(n.ID)+recordExt)
+	c.final = inDir(c.dir, n.ID, recordExt)
 	c.start = time.Now()
 	var err error
 	// A record file in place already fails its rename (no lookup first).
