@@ -42,23 +42,32 @@ func (l *callLog) CallEvent(ev b2bua.Event) {
 	// Each tenant that sees the call (both, on an inter-tenant call) gets
 	// its record under the call's id.
 	for _, sd := range sidesOf(&ev.Call) {
-		r := *rec
-		r.Tenant, r.Extension = sd.Tenant, sd.Extension
 		// A record that cannot be written (a full disk) is kept and
 		// retried by the store, which logs the backlog once a minute and
 		// reports it in /v1/status; so does a full backlog.
 		if ev.Kind == b2bua.EventAnswered {
+			r := *rec // on the stack: the store keeps a copy
+			r.Tenant, r.Extension = sd.Tenant, sd.Extension
 			if err := l.store.Answered(&r); err != nil && !errors.Is(err, cdr.ErrBacklogFull) {
 				l.log.Error("write in-flight call record", "call", ev.Call.ID, "tenant", sd.Tenant, "err", err)
 			}
 			continue
 		}
-		// The record file is written here; the fdatasync that makes it
-		// durable (shared with the other calls ending) is waited for by the
-		// store, not by the call's goroutine, which holds the INVITE's
-		// transaction and the call's limits until it returns.
-		l.store.CommitThen(&r, func(err error) { l.committed(&r, ev.Call.ID, err) })
+		l.commit(rec, sd, ev.Call.ID)
 	}
+}
+
+// commit hands the final record of call id, rec as seen by side sd, to
+// the store. The record file is written here; the fdatasync that makes
+// it durable (shared with the other calls ending) is waited for by the
+// store, not by the call's goroutine, which holds the INVITE's
+// transaction and the call's limits until it returns. (A function of its
+// own so that only this copy of the record, which done keeps, goes to
+// the heap, not the event of every call event.)
+func (l *callLog) commit(rec *cdr.Record, sd side, id b2bua.CallID) {
+	r := *rec
+	r.Tenant, r.Extension = sd.Tenant, sd.Extension
+	l.store.CommitThen(&r, func(err error) { l.committed(&r, id, err) })
 }
 
 // committed reports the commit of record r of call id: an error is

@@ -106,3 +106,27 @@ func BenchmarkRecordOf(b *testing.B) {
 		}
 	}
 }
+
+// TestCallLogEventsAllocation: the events the call log does not record
+// (created, ringing, a leg's end, hold) cost it no allocation, and an
+// answered call's marker only what the store allocates: the event is not
+// copied to the heap for the commit's callback, which only an ended call
+// has.
+func TestCallLogEventsAllocation(t *testing.T) {
+	store, err := cdr.New(cdr.Options{DataDir: t.TempDir()}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &callLog{store: store, log: slog.New(slog.DiscardHandler)}
+	start := time.Now().Add(-time.Minute)
+	c := b2bua.CallInfo{
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInbound, SIPCallID: "sip-1",
+		From: "+15551230001", To: "200", Extension: "200", Start: start, State: b2bua.StateRinging,
+		Legs: []b2bua.LegInfo{{Target: "200", Start: start}},
+	}
+	for _, k := range []b2bua.EventKind{b2bua.EventCreated, b2bua.EventRinging, b2bua.EventLegEnded, b2bua.EventHeld} {
+		if n := testing.AllocsPerRun(100, func() { l.CallEvent(b2bua.Event{Kind: k, Call: c}) }); n != 0 {
+			t.Errorf("%s event: %.0f allocations, want none", k, n)
+		}
+	}
+}

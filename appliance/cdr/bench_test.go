@@ -401,6 +401,87 @@ func benchAnsweredCommit(b *testing.B, conc int, then bool) {
 	b.ReportMetric(float64(syncs()-syncs0)/float64(b.N), "syncs/call")
 }
 
+// BenchmarkAnsweredCommitPaced measures answered calls as the call log
+// writes them at a steady rate, as in the end-to-end call setup benchmark
+// (BenchmarkSIPpCallSetup at 500 calls/s with 1 s calls): a call answered
+// every 2 ms, each committed with CommitThen 1 s after its answer, so
+// that about 500 markers are in flight and the committer's batches
+// (commitPace) hold about 12 records, not the hundreds of a run flat out
+// (BenchmarkAnsweredCommit), which hides what a batch costs (the journal's
+// write and fdatasync, the index lines). Reports CPU per call (sys_us/call
+// the kernel's part) and syncs per call. store=off runs the same loop,
+// records built and held, without the store: the pacing's own cost (a
+// sleep and a wake-up a call), to subtract. PBX_BENCH_CDR_MAXOPEN sets
+// Options.MaxOpenFiles: the pbx under an open file limit of 20,000 (the
+// end-to-end benchmarks' here) holds 312 marker files, fewer than the
+// 500 calls in flight, so some markers are opened again by path.
+//
+//	go test -run '^$' -bench AnsweredCommitPaced -benchtime 3000x -count 2 ./appliance/cdr/
+func BenchmarkAnsweredCommitPaced(b *testing.B) {
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("store=%s", map[bool]string{true: "on", false: "off"}[on]), func(b *testing.B) { benchAnsweredCommitPaced(b, on) })
+	}
+}
+
+func benchAnsweredCommitPaced(b *testing.B, on bool) {
+	const every, hold = 2 * time.Millisecond, time.Second
+	maxOpen, _ := strconv.Atoi(os.Getenv("PBX_BENCH_CDR_MAXOPEN"))
+	s, err := New(Options{DataDir: b.TempDir(), Location: func(string) *time.Location { return time.UTC }, MaxOpenFiles: maxOpen}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	commit(b, s, call("acme", start, true, "+15551230001", "+15559870002")) // the day directory and the journal
+	answered, commitThen := s.Answered, s.CommitThen
+	if !on {
+		answered = func(*Record) error { return nil }
+		commitThen = func(_ *Record, done func(error)) { done(nil) }
+	}
+	type held struct {
+		r   *Record
+		end time.Time
+	}
+	var fifo []held
+	done := func(err error) {
+		if err != nil {
+			b.Error(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuUsed(b)
+	var sys0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &sys0)
+	syncs0 := s.journal.Load().syncs.Load()
+	t0 := time.Now()
+	for i := range b.N {
+		time.Sleep(time.Until(t0.Add(time.Duration(i) * every)))
+		r := call("acme", start.Add(time.Duration(i+1)*time.Millisecond), true, "+15551230001", "+15559870002")
+		if err := answered(r); err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		fifo = append(fifo, held{r, now.Add(hold)})
+		for len(fifo) > 0 && !fifo[0].end.After(now) {
+			commitThen(fifo[0].r, done)
+			fifo = fifo[1:]
+		}
+	}
+	for _, h := range fifo {
+		time.Sleep(time.Until(h.end))
+		commitThen(h.r, done)
+	}
+	s.Flush()
+	b.StopTimer()
+	cpu := cpuUsed(b) - cpu0
+	var sys1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &sys1)
+	sys := time.Duration(sys1.Stime.Nano() - sys0.Stime.Nano())
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu_us/call")
+	b.ReportMetric(float64(sys.Microseconds())/float64(b.N), "sys_us/call")
+	b.ReportMetric(float64(s.journal.Load().syncs.Load()-syncs0)/float64(b.N), "syncs/call")
+}
+
 // BenchmarkSpareCreate measures the CPU time of creating the spare files
 // that record files are written into (one a call), in a store whose data
 // directory is made right after another store's, which had created as

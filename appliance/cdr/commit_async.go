@@ -3,7 +3,6 @@ package cdr
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -18,6 +17,7 @@ type committer struct {
 	spare   []*asyncCommit // the previous batch's slice, reused
 	running bool
 	last    time.Time // when the last batch was taken
+	lines   []byte    // the index lines of a day file in a batch, reused by the committer
 }
 
 // commitPace is the least time between two batches: the commits handed
@@ -32,7 +32,7 @@ type committer struct {
 const commitPace = 25 * time.Millisecond
 
 // asyncCommit is a commit whose record file is written and whose journal
-// entry is appended, waiting for the fdatasync that makes it durable.
+// entry is staged, waiting for the fdatasync that makes it durable.
 type asyncCommit struct {
 	n          Record // normalized
 	dir, final string
@@ -44,7 +44,8 @@ type asyncCommit struct {
 
 // CommitThen commits r as Commit does, but the wait for the disk leaves the
 // caller: it returns once the record file is in place (a killed process
-// loses nothing) and its commit journal entry appended, and calls done
+// loses nothing) and its commit journal entry staged (the committer's
+// sync writes it), and calls done
 // once the record is durable (a power cut no longer loses it), indexed
 // and its marker removed, with the error Commit would have returned; what
 // the record is durably may be announced from done. done runs on the
@@ -68,7 +69,7 @@ func (s *Store) CommitThen(r *Record, done func(error)) {
 	n := &c.n
 	s.untrack(recKey{n.Tenant, n.ID}) // the call has ended: its marker's time must stay put
 	c.dir = s.dayDir(n.Tenant, n.Start)
-	c.final = filepath.Join(c.dir, string(n.ID)+recordExt)
+	c.final = inDir(c.dir, n.ID, recordExt)
 	c.start = time.Now()
 	var err error
 	// A record file in place already fails its rename (no lookup first).
@@ -217,7 +218,12 @@ func (s *Store) indexBatch(cs []*asyncCommit) []*asyncCommit {
 		}
 		groups[c.dir] = append(groups[c.dir], c)
 	}
-	var lines []byte
+	lines := s.commits.lines // indexBatch runs on the committer only
+	defer func() {
+		if cap(lines) <= maxStagedKept {
+			s.commits.lines = lines[:0]
+		}
+	}()
 	for _, dir := range dirs {
 		group := groups[dir]
 		lines = lines[:0]

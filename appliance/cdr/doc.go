@@ -23,10 +23,11 @@
 // Durability: a record is written to <id>.json.tmp and renamed into place,
 // then appended with its path to the commit journal (<dataDir>/cdr.journal,
 // journal.go) and Commit returns once an fdatasync of the journal covers
-// it; commits running at once share one. CommitThen, which the call log
-// uses, returns once the file is in place and journaled and finishes the
-// commit on the store's committer (commit_async.go): one fdatasync a
-// batch (at most every 25 ms), the index lines a day file at a time, the
+// it; commits running at once share one, and one pwrite of the journal
+// for the entries staged meanwhile. CommitThen, which the call log uses,
+// returns once the file is in place and its entry staged and finishes the
+// commit on the store's committer (commit_async.go): one journal write and
+// fdatasync a batch (at most every 25 ms), the index lines a day file at a time, the
 // markers' removal, then its done callback; so a call's goroutine waits
 // neither for the disk nor behind other calls. Record files are written
 // into spare files the committer stocks, kept open, in a stock directory

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -144,4 +145,34 @@ func BenchmarkEncodeRecord(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPadMarker: a marker shorter than its spare by up to maxMarkerPad is
+// padded with spaces to the spare's length and still decodes; a longer
+// one, or one much shorter, is left as it is (cut to length instead).
+func TestPadMarker(t *testing.T) {
+	r := call("acme", time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC), true, "100", "200")
+	n := r.normalize()
+	data, err := appendRecord(nil, &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(data, '\n')
+	for _, tc := range []struct{ size, want int }{
+		{-1, len(data)},
+		{len(data) - 3, len(data)},
+		{len(data), len(data)},
+		{len(data) + 7, len(data) + 7},
+		{len(data) + maxMarkerPad, len(data) + maxMarkerPad},
+		{len(data) + maxMarkerPad + 1, len(data)},
+	} {
+		got := padMarker(slices.Clone(data), tc.size)
+		if len(got) != tc.want {
+			t.Errorf("spare of %d bytes: marker of %d, want %d", tc.size, len(got), tc.want)
+		}
+		var back Record
+		if err := json.Unmarshal(got, &back); err != nil || back.ID != r.ID || back.To != r.To {
+			t.Errorf("spare of %d bytes: padded marker reads %v %+v", tc.size, err, back)
+		}
+	}
 }

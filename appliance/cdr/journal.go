@@ -23,13 +23,15 @@ import (
 // call on a disk without a file system journal).
 //
 // A commit writes its record file as before (temporary file, rename into
-// place, not synced), then appends the record with its path to the
-// journal and waits for an fdatasync of the journal that started after
-// its append; a lone commit runs that fdatasync itself at once, commits
-// that arrive while one runs share the next, and one about to start waits
-// (up to gatherMax) for the commits already writing their record files. The journal is one file of
-// journalSize bytes written full of zeros once, so an append changes no
-// metadata and its fdatasync is one data write and one cache flush.
+// place, not synced), then stages the record with its path for the
+// journal (a copy in memory) and waits for an fdatasync of the journal
+// that started after its append; the sync first writes every staged
+// entry, one pwrite for all. A lone commit runs that sync itself at once,
+// commits that arrive while one runs share the next, and one about to
+// start waits (up to gatherMax) for the commits already writing their
+// record files. The journal is one file of journalSize bytes written full
+// of zeros once, so an append changes no metadata and its fdatasync is
+// one data write and one cache flush.
 //
 // Checkpoint: the markers' batched syncfs (Run, every MarkerSyncInterval)
 // also makes the record files durable; the journal entries appended
@@ -68,7 +70,12 @@ type journal struct {
 	seq     atomic.Uint64
 	ckpt    uint64 // entries up to this seq are in durable record files
 	flushFS func() error
-	buf     []byte // the entry being written, reused (no allocation a commit)
+	// staged holds the entries added and not yet written, framed with no
+	// epoch (write gives them theirs), the first numbered stagedFrom: a
+	// commit copies its entry here and the next sync writes every staged
+	// entry with one pwrite, not one a commit (BenchmarkJournalAdd).
+	staged     []byte
+	stagedFrom uint64
 
 	smu     sync.Mutex
 	cond    sync.Cond
@@ -149,16 +156,17 @@ func encodeEntry(epoch uint64, rel string, data []byte) []byte {
 	return appendEntryTo(nil, epoch, rel, data)
 }
 
-// appendEntryTo is encodeEntry into buf's storage (reused: it is
-// overwritten, not appended to).
+// appendEntryTo appends the entry of rel and data, of epoch, to buf.
 func appendEntryTo(buf []byte, epoch uint64, rel string, data []byte) []byte {
-	buf = slices.Grow(buf[:0], journalHeader+len(rel)+1+len(data))[:journalHeader]
+	at := len(buf)
+	buf = slices.Grow(buf, journalHeader+len(rel)+1+len(data))[:at+journalHeader]
 	buf = append(buf, rel...)
 	buf = append(buf, '\n')
 	buf = append(buf, data...)
-	binary.LittleEndian.PutUint32(buf[0:], uint32(len(buf)-journalHeader))
-	binary.LittleEndian.PutUint64(buf[8:], epoch)
-	binary.LittleEndian.PutUint32(buf[4:], crc32.Checksum(buf[8:], crcTable))
+	e := buf[at:]
+	binary.LittleEndian.PutUint32(e[0:], uint32(len(e)-journalHeader))
+	binary.LittleEndian.PutUint64(e[8:], epoch)
+	binary.LittleEndian.PutUint32(e[4:], crc32.Checksum(e[8:], crcTable))
 	return buf
 }
 
@@ -192,16 +200,25 @@ func (j *journal) commit(rel string, data []byte) error {
 	return j.sync(mine)
 }
 
-// add appends the record file data at rel and returns its seq, for a
-// later sync; the entry is not durable yet. It ends the caller's begin.
+// add stages the record file data at rel and returns its seq, for a
+// later sync, which writes it; the entry is neither written nor durable
+// yet (the record file is in place: a killed process loses nothing, and
+// a checkpoint covers it as it covers the written entries). It ends the
+// caller's begin.
 func (j *journal) add(rel string, data []byte) (uint64, error) {
 	if journalHeader+len(rel)+1+len(data) > journalHalf/4 {
 		j.end()
 		return 0, errEntryTooLarge
 	}
-	mine, err := j.append(rel, data)
+	j.mu.Lock()
+	if len(j.staged) == 0 {
+		j.stagedFrom = j.seq.Load() + 1
+	}
+	j.staged = appendEntryTo(j.staged, 0, rel, data)
+	mine := j.seq.Add(1) // after the entry is staged: sync writes what it sees numbered
+	j.mu.Unlock()
 	j.end()
-	return mine, err
+	return mine, nil
 }
 
 // gather waits, up to gatherMax, for the commits that have begun to
@@ -221,27 +238,56 @@ func (j *journal) gather() {
 	}
 }
 
-// append writes one entry and returns its seq.
-func (j *journal) append(rel string, data []byte) (uint64, error) {
+// maxStagedKept bounds the staging buffer kept between syncs: a batch of
+// about a thousand records (a burst's larger one is let go).
+const maxStagedKept = journalHalf / 2
+
+// write writes the staged entries, one pwrite for those that fit in the
+// current half (a full half hands over to the other, switchHalf), each
+// stamped with its half's epoch. Entries a failed write left staged are
+// written by the next call.
+func (j *journal) write() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	n := int64(journalHeader + len(rel) + 1 + len(data))
-	if j.off+n > j.half+journalHalf {
-		if err := j.switchHalf(); err != nil {
-			return 0, err
+	b := j.staged
+	defer func() {
+		j.staged = j.staged[:copy(j.staged, b)] // what is left, at the start
+		if len(j.staged) == 0 && cap(j.staged) > maxStagedKept {
+			j.staged = nil // a burst's buffer is not kept
 		}
+	}()
+	for len(b) > 0 {
+		if j.epoch == 0 {
+			j.epoch = 1
+		}
+		// The entries that fit in the current half.
+		chunk, seq := 0, j.stagedFrom
+		for chunk < len(b) {
+			n := journalHeader + int(binary.LittleEndian.Uint32(b[chunk:]))
+			if j.off+int64(chunk+n) > j.half+journalHalf {
+				break
+			}
+			e := b[chunk : chunk+n]
+			binary.LittleEndian.PutUint64(e[8:], j.epoch)
+			binary.LittleEndian.PutUint32(e[4:], crc32.Checksum(e[8:], crcTable))
+			chunk += n
+			seq++
+		}
+		if chunk == 0 {
+			if err := j.switchHalf(); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := j.f.WriteAt(b[:chunk], j.off); err != nil {
+			return err
+		}
+		j.off += int64(chunk)
+		j.last[j.half/journalHalf] = seq - 1
+		j.stagedFrom = seq
+		b = b[chunk:]
 	}
-	if j.epoch == 0 {
-		j.epoch = 1
-	}
-	j.buf = appendEntryTo(j.buf, j.epoch, rel, data)
-	if _, err := j.f.WriteAt(j.buf, j.off); err != nil {
-		return 0, err
-	}
-	j.off += n
-	seq := j.seq.Add(1)
-	j.last[j.half/journalHalf] = seq
-	return seq, nil
+	return nil
 }
 
 // switchHalf moves the writer to the other half, first making the record
@@ -288,9 +334,12 @@ func (j *journal) sync(mine uint64) error {
 		}
 		j.running = true
 		j.gather()
-		upTo := j.seq.Load() // every entry numbered so far is written
+		upTo := j.seq.Load() // every entry numbered so far is staged: write writes it
 		j.smu.Unlock()
-		err := fdatasync(int(j.f.Fd()))
+		err := j.write()
+		if err == nil {
+			err = fdatasync(int(j.f.Fd()))
+		}
 		j.syncs.Add(1)
 		j.smu.Lock()
 		j.running = false

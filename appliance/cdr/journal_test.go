@@ -270,3 +270,67 @@ func TestTornRecordOfInterruptedCommitYieldsToMarker(t *testing.T) {
 		t.Fatalf("record after recovery: %v %+v", err, got)
 	}
 }
+
+// TestJournalWritesStagedEntriesAtSync: added entries are staged, not
+// written, until a sync writes them all (across a half's end too, the
+// writer moving to the other half), stamped with their half's epoch; a
+// write that fails leaves them staged for the next sync.
+func TestJournalWritesStagedEntriesAtSync(t *testing.T) {
+	path := filepath.Join(t.TempDir(), journalName)
+	j, err := openJournal(path, func() error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { j.close() }()
+	add := func(data string) uint64 {
+		t.Helper()
+		j.begin()
+		seq, err := j.add("a/cdr/2026/11/21/x.json", []byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	var last uint64
+	for i := range 5 {
+		last = add(strings.Repeat("r", 10+i))
+	}
+	if es, _ := readJournal(path); len(es) != 0 {
+		t.Fatalf("%d entries written before a sync", len(es))
+	}
+	// The write fails (the file is closed): the entries stay staged.
+	j.f.Close()
+	if err := j.sync(last); err == nil {
+		t.Fatal("sync with the journal closed succeeded")
+	}
+	if j.f, err = os.OpenFile(path, os.O_RDWR, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.sync(last); err != nil {
+		t.Fatal(err)
+	}
+	es, _ := readJournal(path)
+	if len(es) != 5 || string(es[4].data) != "rrrrrrrrrrrrrr" || len(j.staged) != 0 {
+		t.Fatalf("after the sync: %d entries written, %d bytes staged", len(es), len(j.staged))
+	}
+	// Entries past the first half's end: one sync writes the rest of the
+	// first half and moves to the second.
+	data := strings.Repeat("r", journalHalf/8)
+	for range journalHalf / len(data) {
+		last = add(data)
+	}
+	if err := j.sync(last); err != nil {
+		t.Fatal(err)
+	}
+	if j.half != journalHalf || j.epoch != 2 {
+		t.Fatalf("writing half at %d, epoch %d; want the second half, epoch 2", j.half, j.epoch)
+	}
+	es, _ = readJournal(path)
+	if n := 5 + journalHalf/len(data); len(es) != n {
+		t.Fatalf("read %d entries, want %d", len(es), n)
+	}
+	// Seven of the eight large entries fit after the five small ones.
+	if j.last != [2]uint64{last - 1, last} {
+		t.Fatalf("last entries of the halves %v, last added %d", j.last, last)
+	}
+}

@@ -48,8 +48,10 @@ type spares struct {
 	dirs map[string]*spareDir
 	// held are the files of the markers of calls in progress, by path,
 	// kept open from the marker's write to its parking, so that neither
-	// opens its file again; open counts the files held here and in the
-	// ready lists, bounded by limit (Options.MaxOpenFiles).
+	// opens its file again; open counts the files held open here and in
+	// the ready lists, bounded by limit (Options.MaxOpenFiles). Past the
+	// limit a marker's file is closed but its entry kept, for its size:
+	// the next marker written into it is padded to that, not cut.
 	held  map[string]spare
 	open  int
 	limit int
@@ -190,27 +192,31 @@ func (sp *spares) park(dir string, f spare) {
 
 // hold keeps f, the open file of the marker at path, until the marker is
 // parked, closing the one held for an earlier version of it; f is closed
-// instead when limit files are open.
+// instead when limit files are open (its size kept).
 func (sp *spares) hold(path string, f spare) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if old, ok := sp.held[path]; ok {
 		delete(sp.held, path)
-		unix.Close(old.fd)
-		sp.open--
+		if old.fd >= 0 {
+			unix.Close(old.fd)
+			sp.open--
+		}
 	}
 	if sp.open >= sp.limit {
 		unix.Close(f.fd)
-		return
+		f.fd = -1
+	} else {
+		sp.open++
 	}
 	if sp.held == nil {
 		sp.held = map[string]spare{}
 	}
 	sp.held[path] = f
-	sp.open++
 }
 
-// release returns the file held for the marker at path (fd -1: none).
+// release returns the file held for the marker at path (fd -1: not open;
+// size -1: not known either).
 func (sp *spares) release(path string) spare {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -219,7 +225,9 @@ func (sp *spares) release(path string) spare {
 		return spare{path: path, fd: -1, size: -1, dir: unix.AT_FDCWD}
 	}
 	delete(sp.held, path)
-	sp.open--
+	if f.fd >= 0 {
+		sp.open--
+	}
 	return f
 }
 
@@ -244,10 +252,10 @@ func writeInto(f spare, pdir int, path string, data []byte, noReplace, keep bool
 	// new data (auto_da_alloc), two block device requests per marker.
 	var err error
 	if f.fd < 0 {
+		// f.size, when known, is what this store last wrote there.
 		if f.fd, err = sysOpenAt(f.dir, f.rel(), f.path, unix.O_WRONLY, fileMode); err != nil {
 			return spare{}, false, nil
 		}
-		f.size = -1
 	}
 	err = sysWriteAt(f.fd, f.path, data, 0)
 	if err == nil && (f.size < 0 || f.size > len(data)) {
@@ -395,7 +403,7 @@ func (sp *spares) putMarker(dir, path string, data []byte) bool {
 	dfd := sp.openDir(dir)
 	if f, ok := sp.take(dir); ok {
 		name := f.path
-		kept, ok, _ := writeInto(f, dfd, path, data, false, true, nil)
+		kept, ok, _ := writeInto(f, dfd, path, padMarker(data, f.size), false, true, nil)
 		sp.settle(dir, name)
 		if ok {
 			sp.hold(path, kept)
@@ -414,6 +422,24 @@ func (sp *spares) putMarker(dir, path string, data []byte) bool {
 		sp.hold(path, kept)
 	}
 	return ok
+}
+
+// maxMarkerPad bounds the spaces padMarker adds.
+const maxMarkerPad = 512
+
+// padMarker returns the marker data padded with spaces (JSON whitespace,
+// which readers skip) to size, the length of the spare it is written
+// into, when that is longer by at most maxMarkerPad: the spare is then
+// overwritten whole, not cut to length with an ftruncate (one system call
+// fewer for most markers, whose lengths differ by a few bytes).
+func padMarker(data []byte, size int) []byte {
+	if pad := size - len(data); pad > 0 && pad <= maxMarkerPad {
+		data = slices.Grow(data, pad)
+		for range pad {
+			data = append(data, ' ')
+		}
+	}
+	return data
 }
 
 // putRecord writes the record file data at path, in a day directory,

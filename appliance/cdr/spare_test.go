@@ -2,6 +2,7 @@ package cdr
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,12 +28,20 @@ func inodeOf(path string) uint64 {
 // that the next answered call's marker is written over, so one call after
 // another allocate no new marker inode; each marker still reads whole
 // (each is shorter than the one before, so one not cut to length would
-// carry the tail of the previous), and recovery removes spares without
-// reporting them.
+// carry the tail of the previous: it is padded with spaces to the file's
+// length instead, not cut, also when no file is kept open between uses),
+// and recovery removes spares without reporting them.
 func TestMarkerFilesReused(t *testing.T) {
-	s := newTestStore(t, nil, nil)
+	for _, open := range []int{0, -1} {
+		t.Run(fmt.Sprintf("maxOpenFiles=%d", open), func(t *testing.T) { testMarkerFilesReused(t, open) })
+	}
+}
+
+func testMarkerFilesReused(t *testing.T, maxOpen int) {
+	s := newTestStore(t, nil, func(o *Options) { o.MaxOpenFiles = maxOpen })
 	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
 	inodes := map[uint64]bool{}
+	sizes := map[uint64]int64{} // the length of each inode's last marker
 	for i := range 20 {
 		r := call("acme", start.Add(time.Duration(i)*time.Second), true, "100", strings.Repeat("9", 40-i))
 		if err := s.Answered(r); err != nil {
@@ -43,7 +52,19 @@ func TestMarkerFilesReused(t *testing.T) {
 		if err != nil || got.ID != r.ID || got.To != r.To {
 			t.Fatalf("marker %d: %v %+v", i, err, got)
 		}
-		inodes[inodeOf(m)] = true
+		ino := inodeOf(m)
+		inodes[ino] = true
+		fi, err := os.Stat(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first marker is written the ordinary way (no in-flight
+		// directory yet), its file not kept open: the second is cut to
+		// length, not padded.
+		if prev, ok := sizes[ino]; ok && i >= 2 && fi.Size() != prev {
+			t.Fatalf("marker %d: %d bytes in a spare of %d, want it padded to the spare's length", i, fi.Size(), prev)
+		}
+		sizes[ino] = fi.Size()
 		commit(t, s, r)
 		committedOnce(t, s, r)
 		if _, err := os.Stat(m); !os.IsNotExist(err) {

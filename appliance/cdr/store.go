@@ -88,8 +88,9 @@ type Store struct {
 	log  *slog.Logger
 	root string
 
-	locks sync.Map // index path -> *sync.Mutex serialising appends and rewrites
-	cache *dayCache
+	locks        sync.Map // index path -> *sync.Mutex serialising appends and rewrites
+	inflightDirs sync.Map // tenant -> its in-flight directory (inflightDir)
+	cache        *dayCache
 
 	markersDirty atomic.Bool // a marker was written since the last syncMarkers
 	spares       spares      // files of removed markers, reused for new ones
@@ -176,8 +177,21 @@ func (s *Store) tenantDir(tenant string) string {
 	return filepath.Join(s.root, tenant, cdrDir)
 }
 
+// inflightDir is the in-flight directory of tenant, made once a tenant:
+// a call asks for it, or for a path in it, three or four times.
 func (s *Store) inflightDir(tenant string) string {
-	return filepath.Join(s.root, tenant, cdrDir, inflightDir)
+	if d, ok := s.inflightDirs.Load(tenant); ok {
+		return d.(string)
+	}
+	d := filepath.Join(s.root, tenant, cdrDir, inflightDir)
+	s.inflightDirs.Store(tenant, d)
+	return d
+}
+
+// inDir is the path of the file id+ext in dir, a clean directory; id is
+// a valid id (a single path element), so no cleaning is needed.
+func inDir(dir string, id ID, ext string) string {
+	return dir + string(filepath.Separator) + string(id) + ext
 }
 
 // dayDir is the day directory of a record of tenant that started at t.
@@ -213,7 +227,10 @@ func (s *Store) dayDirOf(tenant string, d date) string {
 
 // MarkerPath is where the in-flight marker of a record lives.
 func (s *Store) MarkerPath(tenant string, id ID) string {
-	return filepath.Join(s.inflightDir(tenant), string(id)+recordExt)
+	if id.Validate() != nil {
+		return filepath.Join(s.inflightDir(tenant), string(id)+recordExt)
+	}
+	return inDir(s.inflightDir(tenant), id, recordExt)
 }
 
 // RecordPath is where a record of tenant with id that started at start is
@@ -274,7 +291,7 @@ func (s *Store) writeMarker(n *Record) error {
 	// the caller's 200 OK, and a killed process loses nothing the kernel holds.
 	// Against a power cut, Run syncs the file system behind written markers
 	// every MarkerSyncInterval, one syscall for every marker in between.
-	path := filepath.Join(dir, string(n.ID)+recordExt)
+	path := inDir(dir, n.ID, recordExt)
 	data = append(data, '\n')
 	*buf = data[:0] // kept grown
 	if s.spares.putMarker(dir, path, data) {
@@ -389,7 +406,7 @@ func (s *Store) Commit(r *Record) error {
 func (s *Store) commitFrom(n *Record, st *stage, retry bool) error {
 	dir := s.dayDir(n.Tenant, n.Start)
 	if *st == stageRecord {
-		final := filepath.Join(dir, string(n.ID)+recordExt)
+		final := inDir(dir, n.ID, recordExt)
 		if _, err := os.Lstat(final); err == nil {
 			if !retry {
 				return fmt.Errorf("%w: %s/%s", ErrCommitted, n.Tenant, n.ID)

@@ -238,3 +238,24 @@ func TestAppendAfterTornLineKeepsNewLineWhole(t *testing.T) {
 		t.Fatalf("listing after a torn line: %+v", p.Records)
 	}
 }
+
+// TestMarkerAndRecordPaths: the paths built by concatenation on the
+// call's path are those filepath.Join gives, for every tenant asked (the
+// in-flight directory is kept per tenant); an id that is not valid is
+// still cleaned by Join.
+func TestMarkerAndRecordPaths(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	for _, tenant := range []string{"acme", "globex", "acme"} {
+		id := NewID(start)
+		if got, want := s.MarkerPath(tenant, id), filepath.Join(s.root, tenant, cdrDir, inflightDir, string(id)+recordExt); got != want {
+			t.Errorf("marker path %q, want %q", got, want)
+		}
+		if got, want := s.RecordPath(tenant, id, start), filepath.Join(s.root, tenant, cdrDir, "2026", "11", "21", string(id)+recordExt); got != want {
+			t.Errorf("record path %q, want %q", got, want)
+		}
+	}
+	if got, want := s.MarkerPath("acme", "../x"), filepath.Join(s.root, "acme", cdrDir, "x"+recordExt); got != want {
+		t.Errorf("marker path of an invalid id %q, want %q", got, want)
+	}
+}
