@@ -205,7 +205,7 @@ func TestCompareTable(t *testing.T) {
 		// rtpengine realtime: cheaper per packet, so the PBX is judged against it.
 		heldRT: heldCalls{up: 10, kBPerCall: 13, cpuPerPacket: 8 * time.Microsecond,
 			probe: rtpProbe{sent: 2000, received: 2000, jitterP99: 100 * time.Microsecond, readP99: 3 * time.Millisecond}},
-		regMem:  regMemory{idle: 1000, peak: 2000, after: 1900, back: -1, wait: 30 * time.Second},
+		regMem: regMemory{idle: 1000, peak: 2000, after: 1900, back: -1, wait: 30 * time.Second},
 	}
 	p := &compareResult{
 		register: ladder{rates: []int{100, 200}, steps: []compareStep{sus(100, 5*time.Millisecond), {rate: 200, stats: sippStats{SetupP99: -1}}}},
