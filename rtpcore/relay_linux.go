@@ -122,6 +122,46 @@ import (
 // every pause and cost far more than it saved. A twin connected socket
 // per leg for sending reordered a burst at latching (TestDTMFTapOnLeg);
 // io_uring sends did not pay.
+//
+// Realtime, measured again (issue 16, 1,000 calls, machine shared). perf
+// record -g -t of the relay thread end to end (bin/pbx, SIPp): sendto
+// 44% (of which the loopback delivery to SIPp in the sending call's
+// softirq 25%, SIPp's wake-up 2.5%, and sock_wfree 6.3%: each datagram
+// freed once delivered wakes the sending socket's wait queue, where the
+// worker's epoll entry sits, only for epoll's callback to find that the
+// worker waits for input), epoll_pwait 18% (ep_item_poll 12%, about
+// half of it level-triggered sockets polled again after being read),
+// recvfrom 14%, recvmmsg 7% (SIPp sends in bursts: ~75 sockets a round,
+// a third of the rounds small enough to pause), fdget 3.3%, scheduling
+// 2%, Go 9-11%; 0.007 context switches per packet. BenchmarkRelayProcess
+// (phones spread over 1 ms slots, so every round pauses): sendto 52%,
+// recvfrom 18%, epoll_pwait 15%, scheduling and nanosleep 4.5%, Go 8.8%.
+// Tried and left off, ABAB in one sitting:
+//   - a send twin per RTP socket (a second socket on the leg's port in an
+//     SO_REUSEPORT group whose BPF program steered every datagram to the
+//     first, which then left the group open to no other bind): sock_wfree
+//     fell from 6.3% to 1.1% of the thread's samples, yet the thread took
+//     7% more samples for the same packets (2,000 more sockets: every
+//     miss costs more), BenchmarkRelayProcess cpu-µs/pkt without 3.11
+//     3.07 3.13 3.16 3.26 3.31, with 3.27 3.30 3.28 3.26 3.47 3.39 (six
+//     pairs of six worse); end to end cpu_ns/packet without 2300 2480
+//     2420 2100, with 2240 2180 2420 2640 2580;
+//   - edge-triggered sockets read with recvmmsg until short (epoll's
+//     second poll saved, a full read kept for the next round):
+//     BenchmarkRelayProcess without 3.18 3.22 3.23, with 3.31 3.29 3.47,
+//     the probe's jitter p99 374 340 399 against 449 429 520 µs;
+//   - a 300 µs gather instead of 200: 3.28 3.26 against 3.20 3.21 (-2%)
+//     for a probe jitter p99 of 516-545 µs against 375-381;
+//   - the batch's sends on one IPPROTO_RAW socket, IPv4 and UDP headers
+//     built by the relay (no per-leg socket written, no sock_wfree, no
+//     UDP checksum): 3.37 3.25 3.20 3.29 against 3.22 3.18 3.28 3.26
+//     (-1.5%, one pair of four the other way), for CAP_NET_RAW, IPv4
+//     only and the socket's options bypassed.
+// What is left is the kernel's own work per datagram: on loopback the
+// sending call also delivers the datagram to the phone and wakes it (a
+// quarter to a third of the thread), then one recvfrom, one sendto and
+// about two ready-list polls per packet, each on a socket whose lines
+// are cold after 20 ms among thousands.
 
 // relayWait bounds a worker's wait in epoll_wait. The wait is a raw
 // system call on the worker's own thread (see the comment at the top of
