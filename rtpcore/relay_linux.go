@@ -148,15 +148,22 @@ import (
 //     2420 2100, with 2240 2180 2420 2640 2580;
 //   - edge-triggered sockets read with recvmmsg until short (epoll's
 //     second poll saved, a full read kept for the next round):
-//     BenchmarkRelayProcess without 3.18 3.22 3.23, with 3.31 3.29 3.47,
-//     the probe's jitter p99 374 340 399 against 449 429 520 µs;
-//   - a 300 µs gather instead of 200: 3.28 3.26 against 3.20 3.21 (-2%)
-//     for a probe jitter p99 of 516-545 µs against 375-381;
+//     BenchmarkRelayProcess without 3.07 3.23 3.19, with 3.14 3.21 3.27,
+//     the probe's jitter p99 484 402 541 against 1035 467 509 µs (with
+//     the send twin on both sides: 3.18 3.22 3.23 against 3.31 3.29
+//     3.47): the second poll of a socket just read finds its lines hot,
+//     while recvmmsg's attempt past the last datagram costs a lock;
+//   - a 300 µs gather instead of 200: 3.10 3.20 against 3.09 3.09 (-2%),
+//     the probe's jitter p99 1240 519 against 588 740 µs and its latency
+//     p99 539 535 against 588 667 µs (with the twin: 3.28 3.26 against
+//     3.20 3.21, jitter p99 375-381 against 516-545 µs); end to end, not
+//     pausing only after a full batch rather than one under pauseBelow
+//     (SIPp's bursts make ~75 ready sockets a round) halved the waits
+//     but cpu_ns/packet went 2320 2600 against 2660 2680;
 //   - the batch's sends on one IPPROTO_RAW socket, IPv4 and UDP headers
 //     built by the relay (no per-leg socket written, no sock_wfree, no
-//     UDP checksum): 3.37 3.25 3.20 3.29 against 3.22 3.18 3.28 3.26
-//     (-1.5%, one pair of four the other way), for CAP_NET_RAW, IPv4
-//     only and the socket's options bypassed.
+//     UDP checksum): 3.16 3.12 3.15 against 3.11 3.15 3.14, nothing for
+//     CAP_NET_RAW, IPv4 only and the socket's options bypassed.
 // What is left is the kernel's own work per datagram: on loopback the
 // sending call also delivers the datagram to the phone and wakes it (a
 // quarter to a third of the thread), then one recvfrom, one sendto and
