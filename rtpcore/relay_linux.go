@@ -159,7 +159,8 @@ import (
 //     3.20 3.21, jitter p99 375-381 against 516-545 µs); end to end, not
 //     pausing only after a full batch rather than one under pauseBelow
 //     (SIPp's bursts make ~75 ready sockets a round) halved the waits
-//     but cpu_ns/packet went 2320 2600 against 2660 2680;
+//     but cpu_ns/packet went 2320 2600 against 2660 2680 (the send twin
+//     on both);
 //   - the batch's sends on one IPPROTO_RAW socket, IPv4 and UDP headers
 //     built by the relay (no per-leg socket written, no sock_wfree, no
 //     UDP checksum): 3.16 3.12 3.15 against 3.11 3.15 3.14, nothing for
