@@ -151,16 +151,17 @@ import (
 //     BenchmarkRelayProcess without 3.07 3.23 3.19, with 3.14 3.21 3.27,
 //     the probe's jitter p99 484 402 541 against 1035 467 509 µs (with
 //     the send twin on both sides: 3.18 3.22 3.23 against 3.31 3.29
-//     3.47): the second poll of a socket just read finds its lines hot,
-//     while recvmmsg's attempt past the last datagram costs a lock;
+//     3.47): likely the second poll of a socket just read finds its
+//     lines hot, while recvmmsg's attempt past the last datagram takes
+//     the queue's lock;
 //   - a 300 µs gather instead of 200: 3.10 3.20 against 3.09 3.09 (-2%),
 //     the probe's jitter p99 1240 519 against 588 740 µs and its latency
 //     p99 539 535 against 588 667 µs (with the twin: 3.28 3.26 against
-//     3.20 3.21, jitter p99 375-381 against 516-545 µs); end to end, not
-//     pausing only after a full batch rather than one under pauseBelow
-//     (SIPp's bursts make ~75 ready sockets a round) halved the waits
-//     but cpu_ns/packet went 2320 2600 against 2660 2680 (the send twin
-//     on both);
+//     3.20 3.21, jitter p99 375-381 against 516-545 µs); end to end,
+//     pausing after every batch short of maxEvents rather than of
+//     pauseBelow (SIPp's bursts make ~75 ready sockets a round) cut the
+//     epoll waits by a third to a half but cpu_ns/packet went 2320 2600
+//     against 2660 2680 (the send twin on both);
 //   - the batch's sends on one IPPROTO_RAW socket, IPv4 and UDP headers
 //     built by the relay (no per-leg socket written, no sock_wfree, no
 //     UDP checksum): 3.16 3.12 3.15 against 3.11 3.15 3.14, nothing for
