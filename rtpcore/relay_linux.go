@@ -122,6 +122,55 @@ import (
 // every pause and cost far more than it saved. A twin connected socket
 // per leg for sending reordered a burst at latching (TestDTMFTapOnLeg);
 // io_uring sends did not pay.
+//
+// Realtime, measured again (issue 16, 1,000 calls, machine shared). perf
+// record -g -t of the relay thread end to end (bin/pbx, SIPp): sendto
+// 44% (of which the loopback delivery to SIPp in the sending call's
+// softirq 25%, SIPp's wake-up 2.5%, and sock_wfree 6.3%: each datagram
+// freed once delivered wakes the sending socket's wait queue, where the
+// worker's epoll entry sits, only for epoll's callback to find that the
+// worker waits for input), epoll_pwait 18% (ep_item_poll 12%, about
+// half of it level-triggered sockets polled again after being read),
+// recvfrom 14%, recvmmsg 7% (SIPp sends in bursts: ~75 sockets a round,
+// a third of the rounds small enough to pause), fdget 3.3%, scheduling
+// 2%, Go 9-11%; 0.007 context switches per packet. BenchmarkRelayProcess
+// (phones spread over 1 ms slots, so every round pauses): sendto 52%,
+// recvfrom 18%, epoll_pwait 15%, scheduling and nanosleep 4.5%, Go 8.8%.
+// Tried and left off, ABAB in one sitting:
+//   - a send twin per RTP socket (a second socket on the leg's port in an
+//     SO_REUSEPORT group whose BPF program steered every datagram to the
+//     first, which then left the group open to no other bind): sock_wfree
+//     fell from 6.3% to 1.1% of the thread's samples, yet the thread took
+//     7% more samples for the same packets (2,000 more sockets: every
+//     miss costs more), BenchmarkRelayProcess cpu-µs/pkt without 3.11
+//     3.07 3.13 3.16 3.26 3.31, with 3.27 3.30 3.28 3.26 3.47 3.39 (six
+//     pairs of six worse); end to end cpu_ns/packet without 2300 2480
+//     2420 2100, with 2240 2180 2420 2640 2580;
+//   - edge-triggered sockets read with recvmmsg until short (epoll's
+//     second poll saved, a full read kept for the next round):
+//     BenchmarkRelayProcess without 3.07 3.23 3.19, with 3.14 3.21 3.27,
+//     the probe's jitter p99 484 402 541 against 1035 467 509 µs (with
+//     the send twin on both sides: 3.18 3.22 3.23 against 3.31 3.29
+//     3.47): likely the second poll of a socket just read finds its
+//     lines hot, while recvmmsg's attempt past the last datagram takes
+//     the queue's lock;
+//   - a 300 µs gather instead of 200: 3.10 3.20 against 3.09 3.09 (-2%),
+//     the probe's jitter p99 1240 519 against 588 740 µs and its latency
+//     p99 539 535 against 588 667 µs (with the twin: 3.28 3.26 against
+//     3.20 3.21, jitter p99 375-381 against 516-545 µs); end to end,
+//     pausing after every batch short of maxEvents rather than of
+//     pauseBelow (SIPp's bursts make ~75 ready sockets a round) cut the
+//     epoll waits by a third to a half but cpu_ns/packet went 2320 2600
+//     against 2660 2680 (the send twin on both);
+//   - the batch's sends on one IPPROTO_RAW socket, IPv4 and UDP headers
+//     built by the relay (no per-leg socket written, no sock_wfree, no
+//     UDP checksum): 3.16 3.12 3.15 against 3.11 3.15 3.14, nothing for
+//     CAP_NET_RAW, IPv4 only and the socket's options bypassed.
+// What is left is the kernel's own work per datagram: on loopback the
+// sending call also delivers the datagram to the phone and wakes it (a
+// quarter to a third of the thread), then one recvfrom, one sendto and
+// about two ready-list polls per packet, each on a socket whose lines
+// are cold after 20 ms among thousands.
 
 // relayWait bounds a worker's wait in epoll_wait. The wait is a raw
 // system call on the worker's own thread (see the comment at the top of
