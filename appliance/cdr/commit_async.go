@@ -16,8 +16,11 @@ type committer struct {
 	queue   []*asyncCommit
 	spare   []*asyncCommit // the previous batch's slice, reused
 	running bool
-	last    time.Time // when the last batch was taken
-	lines   []byte    // the index lines of a day file in a batch, reused by the committer
+	// retiredLeft: the last batch retired markers (spares.retire) or
+	// left some aging, which a later round removes.
+	retiredLeft bool
+	last        time.Time // when the last batch was taken
+	lines       []byte    // the index lines of a day file in a batch, reused by the committer
 }
 
 // commitPace is the least time between two batches: the commits handed
@@ -120,14 +123,21 @@ func (s *Store) commitLoop() {
 		batch = q.queue
 		q.queue = q.spare
 		q.spare = nil
-		if len(batch) == 0 {
+		if len(batch) == 0 && !q.retiredLeft {
 			q.running = false
 			q.idle.Broadcast()
 			q.mu.Unlock()
 			return
 		}
 		q.mu.Unlock()
+		// The markers retired by the previous batch and not reused since
+		// are removed; those of this batch wait for the next (a round
+		// with an empty batch when no commit comes).
+		left := s.spares.ageRetired()
 		s.finishBatch(batch)
+		q.mu.Lock()
+		q.retiredLeft = left || len(batch) > 0
+		q.mu.Unlock()
 	}
 }
 
@@ -166,7 +176,7 @@ func (s *Store) finishBatch(batch []*asyncCommit) {
 		marker := s.MarkerPath(c.n.Tenant, c.n.ID)
 		err := s.step("unmark", marker)
 		if err == nil {
-			err = s.spares.removeMarker(marker)
+			err = s.spares.retire(marker)
 		}
 		if err != nil {
 			c.done(s.keep(&c.n, stageCleanup, fmt.Errorf("remove marker %s: %w", c.n.ID, err)))
