@@ -406,7 +406,7 @@ func benchAnsweredCommit(b *testing.B, conc int, then bool) {
 // (BenchmarkSIPpCallSetup at 500 calls/s with 1 s calls): a call answered
 // every 2 ms, each committed with CommitThen 1 s after its answer, so
 // that about 500 markers are in flight and the committer's batches
-// (commitPace) hold about 12 records, not the hundreds of a run flat out
+// (commitPace) hold about 25 records, not the hundreds of a run flat out
 // (BenchmarkAnsweredCommit), which hides what a batch costs (the journal's
 // write and fdatasync, the index lines). Reports CPU per call (sys_us/call
 // the kernel's part) and syncs per call. store=off runs the same loop,

@@ -27,7 +27,7 @@
 // for the entries staged meanwhile. CommitThen, which the call log uses,
 // returns once the file is in place and its entry staged and finishes the
 // commit on the store's committer (commit_async.go): one journal write and
-// fdatasync a batch (at most every 25 ms), the index lines a day file at a time, the
+// fdatasync a batch (at most every 50 ms), the index lines a day file at a time, the
 // markers' retirement (the next answered calls' markers are written into
 // them and renamed from their names, one rename for a marker's removal
 // and the next one's creation; those not taken are removed by the batch
