@@ -413,8 +413,9 @@ func benchAnsweredCommit(b *testing.B, conc int, then bool) {
 // records built and held, without the store: the pacing's own cost (a
 // sleep and a wake-up a call), to subtract. PBX_BENCH_CDR_MAXOPEN sets
 // Options.MaxOpenFiles: the pbx under an open file limit of 20,000 (the
-// end-to-end benchmarks' here) holds 312 marker files, fewer than the
-// 500 calls in flight, so some markers are opened again by path.
+// end-to-end benchmarks' here) holds 625 marker files (312 until the
+// share grew to half: fewer than the 500 calls in flight, so some markers
+// were opened again by path; 312 shows that case).
 //
 //	go test -run '^$' -bench AnsweredCommitPaced -benchtime 3000x -count 2 ./appliance/cdr/
 func BenchmarkAnsweredCommitPaced(b *testing.B) {
