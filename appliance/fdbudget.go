@@ -33,15 +33,26 @@ func fileReserve(n int) int { return min(max(1024, n/16), n/2) }
 
 // recordFileBudget bounds the marker files the call records keep open
 // between calls (cdr's MaxOpenFiles): a quarter of what the RTP sockets
-// leave, so that with every port in use the held markers still leave
-// descriptors for the records' own writes, recordings, the database and
-// the API. It returns 0 (cdr's default) when the limit is unknown or
-// unlimited, and -1 (none held) when the quarter is under 16.
+// leave, half once that is at least 1,024, so that with every port in use
+// the held markers still leave descriptors (at least 512 then) for the
+// records' own writes (the stock of new spares, up to 256 a tenant
+// taking calls), recordings, the database and the API. A marker file held
+// spares an open and a close by path an answered call (about 10 us of
+// the records' cost at 500 calls/s): 1-second calls at 500/s keep about
+// 500 markers in flight, which the quarter of 1,250 an open file limit
+// of 20,000 leaves did not cover. It returns 0 (cdr's default) when the
+// limit is unknown or unlimited, and -1 (none held) when the share is
+// under 16.
 func recordFileBudget(nofile uint64) int {
 	if nofile == 0 || nofile > math.MaxInt32 {
 		return 0
 	}
-	if q := fileReserve(int(nofile)) / 4; q >= 16 {
+	r := fileReserve(int(nofile))
+	q := r / 4
+	if r >= 1024 {
+		q = r / 2
+	}
+	if q >= 16 {
 		return min(q, cdr.DefaultMaxOpenFiles)
 	}
 	return -1

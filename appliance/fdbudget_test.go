@@ -28,9 +28,10 @@ func TestMediaPortBudget(t *testing.T) {
 	}{
 		{0, 0},          // unknown: cdr's default
 		{1 << 40, 0},    // unlimited
-		{65536, 1024},   // the unit's LimitNOFILE: 4096/4
-		{20000, 312},    // 1250/4
-		{1200, 150},     // 600/4
+		{65536, 2048},   // the unit's LimitNOFILE: 4096/2
+		{20000, 625},    // 1250/2
+		{4096, 512},     // 1024/2
+		{1200, 150},     // 600/4: under 1,024 left, a quarter
 		{100, -1},       // too few to hold any
 		{1 << 30, 4096}, // never more than cdr's default
 	} {

@@ -406,15 +406,16 @@ func benchAnsweredCommit(b *testing.B, conc int, then bool) {
 // (BenchmarkSIPpCallSetup at 500 calls/s with 1 s calls): a call answered
 // every 2 ms, each committed with CommitThen 1 s after its answer, so
 // that about 500 markers are in flight and the committer's batches
-// (commitPace) hold about 12 records, not the hundreds of a run flat out
+// (commitPace) hold about 25 records, not the hundreds of a run flat out
 // (BenchmarkAnsweredCommit), which hides what a batch costs (the journal's
 // write and fdatasync, the index lines). Reports CPU per call (sys_us/call
 // the kernel's part) and syncs per call. store=off runs the same loop,
 // records built and held, without the store: the pacing's own cost (a
 // sleep and a wake-up a call), to subtract. PBX_BENCH_CDR_MAXOPEN sets
 // Options.MaxOpenFiles: the pbx under an open file limit of 20,000 (the
-// end-to-end benchmarks' here) holds 312 marker files, fewer than the
-// 500 calls in flight, so some markers are opened again by path.
+// end-to-end benchmarks' here) holds 625 marker files (312 until the
+// share grew to half: fewer than the 500 calls in flight, so some markers
+// were opened again by path; 312 shows that case).
 //
 //	go test -run '^$' -bench AnsweredCommitPaced -benchtime 3000x -count 2 ./appliance/cdr/
 func BenchmarkAnsweredCommitPaced(b *testing.B) {

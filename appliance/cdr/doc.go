@@ -27,8 +27,11 @@
 // for the entries staged meanwhile. CommitThen, which the call log uses,
 // returns once the file is in place and its entry staged and finishes the
 // commit on the store's committer (commit_async.go): one journal write and
-// fdatasync a batch (at most every 25 ms), the index lines a day file at a time, the
-// markers' removal, then its done callback; so a call's goroutine waits
+// fdatasync a batch (at most every 50 ms), the index lines a day file at a time, the
+// markers' retirement (the next answered calls' markers are written into
+// them and renamed from their names, one rename for a marker's removal
+// and the next one's creation; those not taken are removed by the batch
+// after next: spares.retire), then its done callback; so a call's goroutine waits
 // neither for the disk nor behind other calls. Record files are written
 // into spare files the committer stocks, kept open, in a stock directory
 // of a random name under inflight/ (spare.go), so no inode is allocated

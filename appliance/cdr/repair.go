@@ -240,8 +240,11 @@ func (s *Store) scanMarkers(tenant string) ([]marker, error) {
 			continue
 		}
 		m.mod = fi.ModTime()
-		if r, err := readRecord(m.path); err == nil && r.ID == m.id && r.Tenant == tenant && r.validate(false) == nil {
-			m.rec = r
+		if r, err := readRecord(m.path); err == nil && r.Tenant == tenant && r.validate(false) == nil {
+			// Another call's record under this name: a committed call's
+			// marker the next marker was written into (spares.retire), the
+			// process killed before its rename. It is that call's marker.
+			m.id, m.rec = r.ID, r
 		}
 		out = append(out, m)
 	}
@@ -431,6 +434,12 @@ func (r *repairer) markerFiles(marks []marker) error {
 					detail += ", pending: " + err.Error()
 					if err := r.s.keep(&n, st, err); err != nil {
 						detail = "not written, marker left for the next start: " + err.Error()
+					}
+				}
+				if p := r.s.MarkerPath(r.tenant, m.id); p != m.path {
+					// Promoted from under another call's name (scanMarkers).
+					if err := r.remove(m.path); err != nil {
+						return err
 					}
 				}
 			} else {

@@ -80,6 +80,11 @@ type spareDir struct {
 	dirFD, stockFD int
 	rotations      int       // stock directories given up for slow creations
 	rotated        time.Time // when the last was
+	// retired are the markers of committed calls (durable, indexed)
+	// still under their names, open or not, which the next answered
+	// calls' markers are written into and renamed from (retire); aging
+	// are those of the committer's previous batch, parked by the next.
+	retired, aging []spare
 }
 
 // spare is a spare file: a parked marker, or a new empty file in the
@@ -401,6 +406,17 @@ func (sp *spares) create(dir string) (spare, error) {
 // caller then writes the file the ordinary way.
 func (sp *spares) putMarker(dir, path string, data []byte) bool {
 	dfd := sp.openDir(dir)
+	if f, ok := sp.takeRetired(dir); ok && f.dir == dfd {
+		// A committed call's marker, renamed to this one's name: its
+		// removal and this marker's creation in one rename.
+		kept, ok, _ := writeInto(f, dfd, path, padMarker(data, f.size), false, true, nil)
+		if ok {
+			sp.hold(path, kept)
+			return true
+		}
+	} else if ok {
+		sp.parkRetired(dir, []spare{f})
+	}
 	if f, ok := sp.take(dir); ok {
 		name := f.path
 		kept, ok, _ := writeInto(f, dfd, path, padMarker(data, f.size), false, true, nil)
@@ -479,13 +495,111 @@ func (sp *spares) takeFresh(dir string) (spare, bool) {
 	return popLast(&sp.dir(dir).fresh)
 }
 
+// retire hands over the in-flight marker at path, of a committed call
+// (its record durable and indexed), with the file held for it: the next
+// answered call's marker is written into it and renamed from its name
+// (takeRetired), one rename where removing it and writing a new marker
+// through a parked spare took two. A marker not taken by the committer's
+// next batch is removed then (ageRetired). Until then it lingers under
+// its name as one would after a crash between the commit and its removal;
+// recovery drops it (its record is committed), and a marker found holding
+// another call's record (a crash between the write and the rename) is
+// taken as that call's (scanMarkers).
+//
+// A marker this store holds no file for (none written, or written the
+// ordinary way) is removed at once, as removeMarker does.
+func (sp *spares) retire(path string) error {
+	f := sp.release(path)
+	dir := filepath.Dir(path)
+	if f.size < 0 {
+		return sp.removeFile(dir, path, f)
+	}
+	dfd := sp.openDir(dir)
+	if dfd == unix.AT_FDCWD {
+		if f.fd >= 0 {
+			unix.Close(f.fd)
+			f.fd = -1
+		}
+		f.dir = unix.AT_FDCWD
+	} else {
+		f.dir = dfd
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if f.fd >= 0 {
+		sp.open++ // counted with the ready spares until taken
+	}
+	sd := sp.dir(dir)
+	sd.retired = append(sd.retired, f)
+	return nil
+}
+
+// takeRetired returns a retired marker of dir to write the next marker
+// into, or false when there is none.
+func (sp *spares) takeRetired(dir string) (spare, bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sd := sp.dir(dir)
+	f, ok := popLast(&sd.aging)
+	if !ok {
+		f, ok = popLast(&sd.retired)
+	}
+	if ok && f.fd >= 0 {
+		sp.open--
+	}
+	return f, ok
+}
+
+// ageRetired removes the retired markers (of every directory) that no
+// marker has taken since the previous call, and makes the others aging.
+// The committer calls it once a batch; it reports whether retired
+// markers remain, for a later call.
+func (sp *spares) ageRetired() bool {
+	type expired struct {
+		dir string
+		fs  []spare
+	}
+	var out []expired
+	left := false
+	sp.mu.Lock()
+	for dir, sd := range sp.dirs {
+		if len(sd.aging) > 0 {
+			for _, f := range sd.aging {
+				if f.fd >= 0 {
+					sp.open--
+				}
+			}
+			out = append(out, expired{dir, sd.aging})
+		}
+		sd.aging, sd.retired = sd.retired, nil
+		left = left || len(sd.aging) > 0
+	}
+	sp.mu.Unlock()
+	for _, e := range out {
+		sp.parkRetired(e.dir, e.fs)
+	}
+	return left
+}
+
+// parkRetired removes the retired markers fs of dir, taken off its lists
+// (not counted open), as removeMarker does.
+func (sp *spares) parkRetired(dir string, fs []spare) {
+	for _, f := range fs {
+		sp.removeFile(dir, f.path, f)
+	}
+}
+
 // removeMarker removes the in-flight marker at path: it is renamed to a
 // spare name of its directory (no call data is lost: its record is
 // committed) and parked with its file still open, or removed when no
 // name is free. A marker already gone is no error.
 func (sp *spares) removeMarker(path string) error {
-	dir := filepath.Dir(path)
-	f := sp.release(path)
+	return sp.removeFile(filepath.Dir(path), path, sp.release(path))
+}
+
+// removeFile is removeMarker of the marker at path in dir, with its
+// file f released.
+func (sp *spares) removeFile(dir, path string, f spare) error {
 	if p := sp.name(dir); p != "" {
 		dfd, old, new := sp.openDir(dir), path, p
 		if dfd != unix.AT_FDCWD {
@@ -516,6 +630,14 @@ func (sp *spares) drop(dir string) {
 	sd := sp.dir(dir)
 	ready, fresh := sd.ready, sd.fresh
 	sd.ready, sd.fresh = nil, nil
+	// Retired markers on disk are recovery's (committed: dropped).
+	for _, f := range slices.Concat(sd.retired, sd.aging) {
+		if f.fd >= 0 {
+			sp.open--
+			unix.Close(f.fd)
+		}
+	}
+	sd.retired, sd.aging = nil, nil
 	for _, f := range ready {
 		sd.idle = append(sd.idle, f.path)
 		if f.fd >= 0 {

@@ -174,3 +174,150 @@ func TestStockRotatesOnSlowCreations(t *testing.T) {
 		t.Fatalf("%d stock directories, want 2..%d", len(stocks), maxRotations+1)
 	}
 }
+
+// TestRetiredMarkerRenamedToNext: the marker of a call committed by the
+// committer is retired, not removed at once; the next answered call's
+// marker is written into its file and renamed from its name (the same
+// inode, no spare name used, the old name gone), and reads whole. A
+// retired marker no marker takes is removed by the committer's second
+// round after it (left a spare), and Flush returns only then.
+func TestRetiredMarkerRenamedToNext(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	warmUp(t, s, start.Add(-time.Hour))
+	a := call("acme", start, true, "100", strings.Repeat("9", 30))
+	if err := s.Answered(a); err != nil {
+		t.Fatal(err)
+	}
+	ma := s.MarkerPath("acme", a.ID)
+	ino := inodeOf(ma)
+	if err := s.spares.retire(ma); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ma); err != nil {
+		t.Fatalf("retired marker removed at once: %v", err)
+	}
+	s.spares.mu.Lock()
+	made0 := s.spares.dir(s.inflightDir("acme")).made
+	s.spares.mu.Unlock()
+	b := call("acme", start.Add(time.Second), true, "100", "200")
+	if err := s.Answered(b); err != nil {
+		t.Fatal(err)
+	}
+	mb := s.MarkerPath("acme", b.ID)
+	if _, err := os.Stat(ma); !os.IsNotExist(err) {
+		t.Fatalf("retired marker still under its name: %v", err)
+	}
+	if got := inodeOf(mb); got != ino || ino == 0 {
+		t.Fatalf("next marker in inode %d, want the retired marker's %d", got, ino)
+	}
+	if got, err := readRecord(mb); err != nil || got.ID != b.ID || got.To != b.To {
+		t.Fatalf("next marker: %v %+v", err, got)
+	}
+	s.spares.mu.Lock()
+	made := s.spares.dir(s.inflightDir("acme")).made
+	s.spares.mu.Unlock()
+	if made != made0 {
+		t.Fatalf("%d spare names made, want none", made-made0)
+	}
+
+	// Committed through the committer: retired, then removed by a later
+	// round with nothing to take it; Flush waits for that.
+	s.CommitThen(b, func(err error) {
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	s.Flush()
+	committedOnce(t, s, b)
+	if n := markersIn(t, s.inflightDir("acme")); n != 0 {
+		t.Fatalf("%d markers left after Flush, want the retired one removed", n)
+	}
+}
+
+// TestRetiredAgesOut: a retired marker survives the committer's next
+// round (a marker may still take it) and is removed by the one after.
+func TestRetiredAgesOut(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	warmUp(t, s, time.Date(2026, 11, 21, 14, 0, 0, 0, time.UTC))
+	a := call("acme", time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC), true, "100", "200")
+	if err := s.Answered(a); err != nil {
+		t.Fatal(err)
+	}
+	ma := s.MarkerPath("acme", a.ID)
+	if err := s.spares.retire(ma); err != nil {
+		t.Fatal(err)
+	}
+	if !s.spares.ageRetired() {
+		t.Fatal("first round: no retired marker left")
+	}
+	if _, err := os.Stat(ma); err != nil {
+		t.Fatalf("first round removed the retired marker: %v", err)
+	}
+	if s.spares.ageRetired() {
+		t.Fatal("second round: retired markers still left")
+	}
+	if _, err := os.Stat(ma); !os.IsNotExist(err) {
+		t.Fatalf("second round left the retired marker: %v", err)
+	}
+	s.spares.mu.Lock()
+	ready := len(s.spares.dir(s.inflightDir("acme")).ready)
+	s.spares.mu.Unlock()
+	if ready != 1 { // the warm-up call's went to this one's marker
+		t.Fatalf("%d spares ready, want the retired marker parked", ready)
+	}
+}
+
+// TestRecoverMarkerUnderRetiredName: a process killed between writing a
+// call's marker into a retired marker (of a committed call) and renaming
+// it leaves that call's record under the committed call's name; recovery
+// promotes it as its own call's marker and removes the file.
+func TestRecoverMarkerUnderRetiredName(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	start := time.Date(2026, 11, 21, 15, 0, 0, 0, time.UTC)
+	a := call("acme", start, true, "100", "200")
+	commit(t, s, a)
+	b := call("acme", start.Add(time.Minute), true, "100", "300")
+	b.End, b.Cause = time.Time{}, ""
+	b.SIPStatus, b.DurationMS, b.BillMS = 0, 0, 0
+	dir := s.inflightDir("acme")
+	if err := ensureDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	n := b.normalize()
+	data, err := appendRecord(nil, &n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	under := s.MarkerPath("acme", a.ID)
+	if err := os.WriteFile(under, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := s.Recover(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != 1 || acts[0].Kind != ActPromoted || acts[0].ID != b.ID {
+		t.Fatalf("recovery: %v, want %s promoted", acts, b.ID)
+	}
+	got, err := readRecord(s.RecordPath("acme", b.ID, b.Start))
+	if err != nil || !got.Incomplete || got.To != "300" {
+		t.Fatalf("promoted record: %v %+v", err, got)
+	}
+	if n := markersIn(t, dir); n != 0 {
+		t.Fatalf("%d markers left", n)
+	}
+	committedOnce(t, s, a)
+}
+
+// warmUp answers and commits a call at start, so that the tenant's
+// in-flight directory exists: the first marker is written the ordinary
+// way, its file not held.
+func warmUp(t *testing.T, s *Store, start time.Time) {
+	t.Helper()
+	r := call("acme", start, true, "100", "200")
+	if err := s.Answered(r); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, s, r)
+}
