@@ -83,7 +83,20 @@ func (l *outLeg) invite(target *Target, last bool) (d *sipgo.DialogClientSession
 	// In-dialog requests (ACK, BYE) follow the 2xx's source when the
 	// Contact cannot be reached directly.
 	dua := &sipgo.DialogUA{Client: l.ep.Client, ContactHDR: l.ep.Contact, RewriteContact: l.rewritten()}
-	l.sentAt.Store(time.Now().UnixNano())
+	// A cancel that came first finds nothing sent and is plain; one that
+	// comes after finds the INVITE in flight and waits for a response or
+	// for silentLeg (see newLeg's cancel). Sent with a context already
+	// cancelled, sipgo would wait up to 64*T1 for a provisional response
+	// to CANCEL it.
+	for {
+		sent := l.sentAt.Load()
+		if sent == unsent {
+			return nil, false, errUnsent
+		}
+		if l.sentAt.CompareAndSwap(sent, time.Now().UnixNano()) {
+			break
+		}
+	}
 	d, err = dua.WriteInvite(ctx, req)
 	if err != nil {
 		return nil, false, err

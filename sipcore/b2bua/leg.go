@@ -20,6 +20,13 @@ import (
 	"pbx/sipcore/calls"
 )
 
+// unsent is outLeg.sentAt of a leg cancelled before its INVITE left.
+const unsent = -1
+
+// errUnsent is what invite returns for a leg cancelled before its INVITE
+// could leave.
+var errUnsent = errors.New("cancelled before the INVITE was sent")
+
 // silentLeg is how long a leg may stay without any response before a
 // cancellation drops it instead of waiting to send CANCEL.
 const silentLeg = 2 * time.Second
@@ -53,9 +60,13 @@ type outLeg struct {
 	// cancelWanted: the leg was cancelled before any response; its first
 	// provisional response sends the CANCEL.
 	cancelWanted atomic.Bool
-	timedOut     atomic.Bool  // the leg's own timeout cancelled it
-	sentAt       atomic.Int64 // unix nanoseconds the INVITE left; 0 before
-	timeout      time.Duration
+	timedOut     atomic.Bool // the leg's own timeout cancelled it
+	// sentAt is the unix nanoseconds the INVITE left; 0 before, and
+	// unsent once the leg was cancelled before it could leave (see
+	// cancel and invite: one compare-and-swap each decides which came
+	// first).
+	sentAt  atomic.Int64
+	timeout time.Duration
 
 	media  *rtpcore.Leg
 	origin *sdp.Origin
@@ -112,8 +123,12 @@ func (c *Call) newLeg(i int, lt LegTarget, target *Target, ringTimeout time.Dura
 		// response, or dropped once silentLeg old: a stale binding of a
 		// phone that re-registered from another port must not hold the
 		// call's end for 64*T1 after every other leg is done.
+		if l.sentAt.CompareAndSwap(0, unsent) || l.heard.Load() {
+			cancel(nil) // nothing sent (invite will not send it), or CANCEL possible
+			return
+		}
 		sent := l.sentAt.Load()
-		if l.heard.Load() || sent == 0 {
+		if sent == unsent {
 			cancel(nil)
 			return
 		}
@@ -273,6 +288,10 @@ func (l *outLeg) run() {
 		}
 		var silent bool
 		d, silent, err = l.invite(target, last)
+		if d == nil && errors.Is(err, errUnsent) {
+			l.finish(sip.StatusRequestTerminated, calls.CauseCancelled, true)
+			return
+		}
 		if d == nil {
 			l.log.Warn("invite not sent", "err", err)
 			if !last && l.ctx.Err() == nil {
