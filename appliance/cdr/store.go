@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"pbx/appliance/datadir"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,8 +189,8 @@ func (s *Store) inflightDir(tenant string) string {
 	return d
 }
 
-// inDir is the path of the file id+ext in dir, a clean directory; id is
-// a valid id (a single path element), so no cleaning is needed.
+// inDir is the path of the file id+ext in dir, a clean directory; id has
+// no separator (id+ext is a single path element), so no cleaning is needed.
 func inDir(dir string, id ID, ext string) string {
 	return dir + string(filepath.Separator) + string(id) + ext
 }
@@ -227,7 +228,10 @@ func (s *Store) dayDirOf(tenant string, d date) string {
 
 // MarkerPath is where the in-flight marker of a record lives.
 func (s *Store) MarkerPath(tenant string, id ID) string {
-	if id.Validate() != nil {
+	// Joined and cleaned only when id has a separator: any other id plus
+	// recordExt is one path element, which inDir joins the same way
+	// without id.Validate's time parse on every call.
+	if strings.ContainsAny(string(id), `/`+string(filepath.Separator)) {
 		return filepath.Join(s.inflightDir(tenant), string(id)+recordExt)
 	}
 	return inDir(s.inflightDir(tenant), id, recordExt)
