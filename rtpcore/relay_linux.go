@@ -213,7 +213,6 @@ type engineIO struct {
 type worker struct {
 	e    *Engine
 	log  *slog.Logger
-	prio Priority     // asked for the worker's thread
 	tid  atomic.Int32 // the worker's thread, once it has its priority
 	epfd int          // the epoll set
 	wake int          // eventfd in the set, written to stop the worker
@@ -282,7 +281,6 @@ func newWorker(e *Engine) (*worker, error) {
 	return &worker{
 		e:      e,
 		log:    e.log,
-		prio:   e.priority,
 		epfd:   epfd,
 		wake:   wake,
 		done:   make(chan struct{}),
@@ -340,10 +338,10 @@ func (w *worker) run() {
 // setPriority gives the worker's thread its priority and returns the
 // worker's pause after a small batch (see relayPause).
 func (w *worker) setPriority() time.Duration {
-	got, err := setThreadPriority(w.prio)
+	got, err := setThreadPriority(w.e.priority)
 	if err != nil {
 		w.log.Info("rtp relay: thread priority refused by the host; allow it with systemd's LimitRTPRIO= (realtime) or LimitNICE= (high)",
-			"asked", w.prio.String(), "got", got.String(), "err", err)
+			"asked", w.e.priority.String(), "got", got.String(), "err", err)
 	}
 	switch {
 	case relayPause != 0:
