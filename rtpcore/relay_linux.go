@@ -82,7 +82,25 @@ import (
 // 3.9 µs per packet without gathering, 1.15-1.17 ms at 3.33-3.35 µs with
 // 100-300 µs gathering, against 3.40 µs at normal priority; nice -10 with
 // gathering 6.3 ms (a nice value does not wake the thread any sooner).
-// Two workers on two cores (relayWorkers) changed nothing measurable.
+// Two workers on two cores (relayWorkers) changed nothing measurable
+// then, at normal priority and 1,000 calls.
+//
+// Two realtime workers on two cores, measured (issue 16, bench-compare's
+// held calls alone, PBX_COMPARE_CALLS, the machine shared with another
+// engineer's benchmarks, alternating one and two workers). At 2,000 calls
+// the relay thread (perf sched_switch) ran 3-8 ms at a stretch once every
+// 20 ms and then waited 10 ms in epoll_wait with nothing to read: SIPp
+// sends all its calls' packets in one burst per 20 ms (spreading the
+// calls' first packets over 20 ms at random changed nothing), so a
+// packet's wait was its place in the burst. Probe jitter p99 with one
+// worker 1.67 1.99 1.45 2.1 ms, with two 0.83 0.82 ms; CPU per packet one
+// 2.83 2.89 2.81 2.88 µs, two 2.81 3.00 µs, and two relayed 157,000
+// packets/s against 137,000-145,000 (SIPp waited less on a busy relay).
+// At 1,000 calls: jitter one 0.69 0.97 1.00 1.02 1.36 ms, two 0.51 0.49
+// 0.46 ms; CPU per packet one 2.78 3.15 3.18 3.39 3.43 µs, two 3.26 3.18
+// 3.18 µs. The Go runtime's preemption of a worker (sysmon, every 10 ms
+// of one goroutine) hands its P through another thread: 30-40 µs, while
+// the worker is idle, once per 20 ms.
 //
 // The Go side of a packet (issue 16, ~12% of the relay thread's samples
 // at 1,000 calls, the kernel the rest) touches few cache lines: the hot
@@ -241,15 +259,21 @@ const maxEvents = 256
 // wakeSlot is the epoll data of a worker's eventfd.
 const wakeSlot = -1
 
-// workersFor is how many workers an engine runs: one for every two Ps.
-// One worker relays a few hundred thousand packets a second; fewer, busier
-// workers drain bigger batches per wake-up and leave Ps to the rest of the
-// process.
+// workersFor is how many workers an engine runs: one for every two Ps,
+// and at least two where there are two. One worker relays a few hundred
+// thousand packets a second; fewer, busier workers drain bigger batches
+// per wake-up and leave Ps to the rest of the process. But phones send in
+// step (every 20 ms, SIPp's rtp_stream all of its calls at once), and one
+// worker drains such a burst alone while the second core waits: at 2,000
+// calls on two cores it was busy 5-8 ms of every 20 and a packet arriving
+// at the start of a burst waited that long. Two workers halve the burst
+// (legs are dealt to the workers in turn) for no more CPU per packet; see
+// the measurements at the top of the file.
 func workersFor(procs int) int {
 	if relayWorkers > 0 {
 		return relayWorkers
 	}
-	return max(1, procs/2)
+	return min(procs, max(2, procs/2))
 }
 
 // relayWorkers, when positive, replaces workersFor's count

@@ -58,9 +58,11 @@ func (p *Packet) setTapped(leg *Leg, dir Direction, h *Header, raw []byte, at ti
 // end (In, whether bridged or not) and every packet sent to it (Out). It
 // is called synchronously on the relay goroutine, which may serve many
 // legs, so it must return quickly, must not block and must not keep p or
-// p.Raw after returning. It must not close the leg, its session or the
-// engine (Close waits for the packet being relayed). A Tap that needs to
-// do I/O should use NewQueueTap.
+// p.Raw after returning. It must not close any leg or session, nor the
+// engine: closing a socket waits for the batch in progress of every relay
+// thread, its own among them, and two threads each closing from a batch
+// would wait for each other. A Tap that needs to do I/O should use
+// NewQueueTap.
 type Tap interface {
 	TapRTP(p *Packet)
 }

@@ -39,6 +39,8 @@ import (
 //     memory per held call and the relay's CPU per relayed packet; beside
 //     them a probe call's jitter and loss one way through the relay
 //     (compare_probe_test.go).
+//   - PBX_COMPARE_CALLS_HIGH calls (target 3's 2,000) held at least 60 s
+//     once all are up, the same figures, with rtpengine as shipped only.
 //
 // A ladder stops at the first rate not sustained: 1% or more failed, or
 // under 95% of the offered rate completed. SIPp counts a request shed with
@@ -64,6 +66,7 @@ import (
 //	PBX_COMPARE_CALL_LENGTH       length of a ladder's calls            1s
 //	PBX_COMPARE_PAUSE             rest between call steps               6s
 //	PBX_COMPARE_CALLS             calls held with RTP                   1000
+//	PBX_COMPARE_CALLS_HIGH        calls held 60 s with RTP (0: none)    2000
 //	PBX_COMPARE_KAMAILIO_CHILDREN Kamailio's UDP workers                8
 //	PBX_COMPARE_KAMAILIO_SHM_MB   Kamailio's shared memory              512
 //	PBX_COMPARE_OUT               also write the table to this file
@@ -132,9 +135,14 @@ func BenchmarkCompareKamailio(b *testing.B) {
 	// rtpengine as Debian ships it, and with its threads realtime as the
 	// PBX's relay is by default: the PBX is judged against the cheaper.
 	phase(fmt.Sprintf("%d held calls with RTP", cfg.calls), true, []compareSide{kam, kamRT, pbx}, func(s *sut, r *compareResult) {
-		r.held = compareHeldCalls(b, s, cfg)
+		r.held = compareHeldCalls(b, s, cfg.calls, heldFor(cfg.calls, 0))
 	})
 	k.heldRT = kRT.held
+	if cfg.callsHigh > 0 {
+		phase(fmt.Sprintf("%d held calls with RTP, 60 s", cfg.callsHigh), true, []compareSide{kam, pbx}, func(s *sut, r *compareResult) {
+			r.heldHigh = compareHeldCalls(b, s, cfg.callsHigh, heldFor(cfg.callsHigh, time.Minute))
+		})
+	}
 	b.StopTimer()
 	table := compareTable(cfg, k, p, time.Since(started))
 	fmt.Print(table)
@@ -160,6 +168,7 @@ type compareSide struct {
 // compareConfig is the run's size, from the environment.
 type compareConfig struct {
 	accounts, regSIPp, regCPURate, calls int
+	callsHigh                            int // target 3's 2,000 held 60 s; 0: not run
 	callCPURate, callCPURuns             int
 	offLadder                            bool
 	step, callLength, pause, settle      time.Duration
@@ -173,6 +182,7 @@ func loadCompareConfig() compareConfig {
 		regSIPp:     benchEnvInt("PBX_COMPARE_REG_SIPP", 2),
 		regCPURate:  benchEnvInt("PBX_COMPARE_REG_CPU_RATE", 10000),
 		calls:       benchEnvInt("PBX_COMPARE_CALLS", 1000),
+		callsHigh:   benchEnvInt("PBX_COMPARE_CALLS_HIGH", 2000),
 		callCPURate: benchEnvInt("PBX_COMPARE_CALL_CPU_RATE", 500),
 		callCPURuns: max(benchEnvInt("PBX_COMPARE_CALL_CPU_RUNS", 2), 1),
 		offLadder:   os.Getenv("PBX_COMPARE_OFF_LADDER") != "0",
@@ -219,6 +229,8 @@ type compareResult struct {
 	held                heldCalls
 	// heldRT is rtpengine's with its threads realtime (Kamailio's only).
 	heldRT heldCalls
+	// heldHigh is PBX_COMPARE_CALLS_HIGH calls held 60 s, when run.
+	heldHigh heldCalls
 }
 
 // cheaperRelay is the held calls whose relay cost less per packet: of
@@ -528,7 +540,7 @@ type heldCalls struct {
 	probe        rtpProbe      // one more call's packets one way through the relay
 }
 
-// compareHeldCalls sets cfg.calls calls up from alice to bob (SIPp's
+// compareHeldCalls sets n calls up, each held for hold, from alice to bob (SIPp's
 // rtp_stream sends 20 ms PCMA packets, the UAS echoes them), waits until all
 // are answered, and measures over 5s the relay's CPU and packets, and the
 // system's memory against before the first call; a probe call measures the
@@ -538,12 +550,8 @@ type heldCalls struct {
 // socket, charged to the sender, which made the relays' CPU per packet
 // mostly the harness's; the raw sockets on the host are logged with the
 // figures.
-func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
-	n := cfg.calls
-	rate := min(max(n/5, 20), 200)
-	ramp := time.Duration(n/rate+1) * time.Second
-	window := 5 * time.Second
-	hold := benchEnvDuration("PBX_COMPARE_HOLD", 2*ramp+window+15*time.Second)
+func compareHeldCalls(b *testing.B, s *sut, n int, hold time.Duration) heldCalls {
+	rate, ramp := heldRamp(n)
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice"), "carol.csv": credentials("carol")})
 	packets := int((hold - time.Second) / (20 * time.Millisecond))
 	if err := writeRTPAudio(filepath.Join(dir, "hold.pcma"), packets); err != nil {
@@ -559,7 +567,7 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 		"-s", "101", "-auth_uri", "101@"+s.addr, "-r", strconv.Itoa(rate), "-m", strconv.Itoa(n), "-l", strconv.Itoa(n),
 		"-d", strconv.Itoa(int(hold/time.Millisecond)), "-recv_timeout", "10000",
 		"-p", strconv.Itoa(freePort(b)), "-i", "127.0.0.1", "-mi", "127.0.0.1", "-mp", strconv.Itoa(streamMediaPort(b)), "-t", "u1")
-	upWithin := hold - window - 3*time.Second
+	upWithin := hold - heldWindow - 3*time.Second
 	deadline := time.Now().Add(upWithin)
 	for answeredCalls(filepath.Join(dir, "uac.stat.csv")) < n {
 		if time.Now().After(deadline) {
@@ -569,26 +577,48 @@ func compareHeldCalls(b *testing.B, s *sut, cfg compareConfig) heldCalls {
 		time.Sleep(100 * time.Millisecond)
 	}
 	// The probe's packets cross the relay during the window too.
-	probe := startProbe(b, s, dir, window+2*time.Second)
+	probe := startProbe(b, s, dir, heldWindow+2*time.Second)
 	time.Sleep(time.Second) // let every relay reach its steady state
 	cpu0 := cpuOf(b, s.relayPIDs)
-	pps := s.relayRate(window)
+	pps := s.relayRate(heldWindow)
 	cpu := cpuOf(b, s.relayPIDs) - cpu0
 	raw := rawSockets()
 	memUp := pssKB(b, s.memPIDs)
 	h := heldCalls{up: n, kBPerCall: float64(memUp-memBefore) / float64(n), packetsPerS: pps, probe: <-probe}
 	compareLogf("  %s probe: %s", s.name, probeCell(h.probe))
 	if pps > 0 {
-		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * window.Seconds()))
+		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * heldWindow.Seconds()))
 	}
 	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d), %s per packet; %s",
-		s.name, n, memBefore, memUp, percent(cpu.Seconds(), window.Seconds()), pps, n*100, h.cpuPerPacket, raw)
+		s.name, n, memBefore, memUp, percent(cpu.Seconds(), heldWindow.Seconds()), pps, n*100, h.cpuPerPacket, raw)
 	if code := uac.wait(); code != 0 {
 		st := uac.stats(b, dir)
 		compareLogf("  %s caller: sipp exit %d, %d of %d calls failed: %s", s.name, code, st.Failed, st.Created,
 			sippFailures(filepath.Join(dir, "uac.errors.log")))
 	}
 	return h
+}
+
+// heldWindow is how long the held calls' relay is measured, once all are
+// up; the probe runs 2 s longer.
+const heldWindow = 5 * time.Second
+
+// heldRamp is the rate at which n held calls are set up and how long that
+// takes.
+func heldRamp(n int) (rate int, ramp time.Duration) {
+	rate = min(max(n/5, 20), 200)
+	return rate, time.Duration(n/rate+1) * time.Second
+}
+
+// heldFor is how long each of n held calls lasts for all of them to be up
+// together for at least up (and for the measurement: zero, long enough for
+// it and no longer), or hold itself when the environment sets it.
+func heldFor(n int, up time.Duration) time.Duration {
+	if hold := benchEnvDuration("PBX_COMPARE_HOLD", 0); hold > 0 {
+		return hold
+	}
+	_, ramp := heldRamp(n)
+	return ramp + max(up, ramp+heldWindow+15*time.Second)
 }
 
 // answeredCalls is how many setups a SIPp statistics file has timed so far

@@ -205,6 +205,8 @@ func TestCompareTable(t *testing.T) {
 		// rtpengine realtime: cheaper per packet, so the PBX is judged against it.
 		heldRT: heldCalls{up: 10, kBPerCall: 13, cpuPerPacket: 8 * time.Microsecond,
 			probe: rtpProbe{sent: 2000, received: 2000, jitterP99: 100 * time.Microsecond, readP99: 3 * time.Millisecond}},
+		heldHigh: heldCalls{up: 2000, kBPerCall: 12, cpuPerPacket: 4 * time.Microsecond, packetsPerS: 160000,
+			probe: rtpProbe{sent: 1400, received: 1400, jitterP99: 2 * time.Millisecond, readP99: 5 * time.Millisecond}},
 		regMem: regMemory{idle: 1000, peak: 2000, after: 1900, back: -1, wait: 30 * time.Second},
 	}
 	p := &compareResult{
@@ -215,6 +217,8 @@ func TestCompareTable(t *testing.T) {
 		callCPU: []compareStep{sus(50, 0)}, callCPUOff: []compareStep{sus(50, 0)},
 		held: heldCalls{up: 10, kBPerCall: 18, cpuPerPacket: 5 * time.Microsecond,
 			probe: rtpProbe{sent: 2000, received: 1999, jitterP99: 300 * time.Microsecond, readP99: 2 * time.Millisecond}},
+		heldHigh: heldCalls{up: 2000, kBPerCall: 11, cpuPerPacket: 3 * time.Microsecond, packetsPerS: 150000,
+			probe: rtpProbe{sent: 1400, received: 1400, jitterP99: 1200 * time.Microsecond, readP99: 3 * time.Millisecond}},
 		regMem: regMemory{idle: 1000, peak: 5000, after: 1100, back: 10 * time.Second, wait: 30 * time.Second},
 	}
 	table := compareTable(cfg, k, p, time.Minute)
@@ -226,6 +230,7 @@ func TestCompareTable(t *testing.T) {
 		"1000.0 us -> 1000.0 us: +0% | 1.00 | on <= off + 15% | met |",
 		"| as shipped: 12.0 us (rtpengine, 0 packets/s); realtime: 8.0 us (rtpengine, 0 packets/s) | 5.0 us (pbx, 0 packets/s) | 0.63 (better) | <= 0.5 x rtpengine's | not met |",
 		"| as shipped: —; realtime: jitter p99 100µs (3ms as read), loss 0.00% (2000 of 2000 packets arrived) | jitter p99 300µs (2ms as read), loss 0.05% (1999 of 2000 packets arrived) | 3.00 | jitter < 1 ms, loss < 0.1% | met |",
+		"| 3. 2000 relayed calls held 60 s: probe jitter p99 and loss; CPU per packet | jitter p99 2ms (5ms as read), loss 0.00% (1400 of 1400 packets arrived); 4.0 us (rtpengine, 160000 packets/s) | jitter p99 1.2ms (3ms as read), loss 0.00% (1400 of 1400 packets arrived); 3.0 us (pbx, 150000 packets/s) | 0.60 (better) | jitter < 1 ms, loss < 0.1% | not met |",
 		"| 4. Memory per held call, 1000 calls | 12.0 kB | 18.0 kB | 1.50 | <= Kamailio's | not met |",
 		"| 1.0 MB / 4.9 MB / 1.1 MB (within 20% after 10s) | 2.50 | <= 1.2 x idle 30s after | met |",
 		"| not counted; every step sustained | 42 503s, 0 dropped; at 200/s p99 >= 5s, 0.0% failed | — | sheds: p99 < 1s | not met |",
@@ -233,6 +238,15 @@ func TestCompareTable(t *testing.T) {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}
+	}
+	// The many calls held 60 s met, and not run.
+	p.heldHigh.probe.jitterP99 = 900 * time.Microsecond
+	if row := heldHighRow(cfg, k, p); row.met != verdictMet {
+		t.Errorf("jitter 0.9 ms, no loss: %q", row.met)
+	}
+	cfg.callsHigh = 0
+	if row := heldHighRow(cfg, k, p); row.met != "n/a: not run (PBX_COMPARE_CALLS_HIGH=0)" || row.pbx != verdictNone {
+		t.Errorf("not run: %+v", row)
 	}
 }
 
