@@ -487,7 +487,7 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 	if j = s.journalFor(); j == nil {
 		return nil, 0, write(true)
 	}
-	rel, err := filepath.Rel(s.root, final)
+	rel, err := relUnder(s.root, final)
 	if err != nil {
 		return nil, 0, fmt.Errorf("write record %s: %w", n.ID, err)
 	}
@@ -510,6 +510,17 @@ func (s *Store) writeFile(n *Record, dir, final string) (j *journal, seq uint64,
 		s.log.Warn("commit journal failed; record synced on its own", "id", n.ID, "err", err)
 	}
 	return nil, 0, s.syncRecordFile(n, dir, final)
+}
+
+// relUnder is filepath.Rel(root, p) for root, a clean absolute
+// directory, and p, a clean path: p without root's prefix when it is
+// under root (a record file's path, on every commit: Rel cleans both and
+// allocates), else what Rel returns.
+func relUnder(root, p string) (string, error) {
+	if len(p) > len(root)+1 && p[len(root)] == filepath.Separator && p[:len(root)] == root {
+		return p[len(root)+1:], nil
+	}
+	return filepath.Rel(root, p)
 }
 
 // writeFromSpare writes the record file final in dir, not durably, from
