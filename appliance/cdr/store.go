@@ -529,7 +529,7 @@ func relUnder(root, p string) (string, error) {
 // having written nothing, when none could be written, and errCommitted
 // when final exists (the rename does not replace it: no lookup first).
 func (s *Store) writeFromSpare(tenant, dir, final string, data []byte) (bool, error) {
-	return s.spares.putRecord(s.inflightDir(tenant), final, data, &s.dirSyncs.of(dir).ns)
+	return s.spares.putRecord(s.inflightDir(tenant), final, data, s.dirSyncs.target(dir))
 }
 
 // makeDurable returns once the record file final that writeFile wrote is
