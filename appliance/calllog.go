@@ -18,7 +18,8 @@ import (
 type callLog struct {
 	store *cdr.Store
 	log   *slog.Logger
-	// steps returns the routing steps of a call (nil: none recorded).
+	// steps returns a copy of the routing steps of a call, the caller's
+	// to keep (nil: none recorded).
 	steps func(b2bua.CallID) []cdr.Step
 	// hooks sends the call.ended webhook of each committed record; nil:
 	// none.
@@ -112,8 +113,12 @@ func cdrTestKnobs(o cdr.Options) cdr.Options {
 func (l *callLog) record(c *b2bua.CallInfo) *cdr.Record {
 	rec := recordOf(c)
 	if l.steps != nil {
-		for _, st := range l.steps(c.ID) {
-			rec.AddStep(st)
+		// The steps come copied: the record takes them as they are, not
+		// appended one by one into a slice grown each time.
+		if steps := l.steps(c.ID); rec.Steps == nil {
+			rec.Steps = steps
+		} else {
+			rec.Steps = append(rec.Steps, steps...)
 		}
 		if n := len(rec.Steps); n > 0 && rec.Steps[n-1].Result == "" && c.State == b2bua.StateEnded {
 			rec.Steps[n-1].Result = string(causeOf(c.Cause))

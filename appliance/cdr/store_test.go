@@ -279,3 +279,14 @@ func TestRelUnder(t *testing.T) {
 		}
 	}
 }
+
+// TestInflightDirOfEachTenant checks the in-flight directory kept at
+// hand for the last tenant against the joined path, tenants alternating.
+func TestInflightDirOfEachTenant(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	for _, tenant := range []string{"acme", "acme", "globex", "acme", "globex", "globex", "initech", "acme"} {
+		if got, want := s.inflightDir(tenant), filepath.Join(s.root, tenant, "cdr", "inflight"); got != want {
+			t.Fatalf("inflightDir(%s) = %s, want %s", tenant, got, want)
+		}
+	}
+}
