@@ -28,7 +28,9 @@ type dirSyncs struct {
 
 // maxDirFDs bounds the day directories held open for renames: a tenant's
 // commits go to today's (yesterday's for calls across midnight); past
-// the bound the least recently used one is closed.
+// the bound the least recently used one is closed. They are among the
+// records' own descriptors, which the open file budget leaves beside the
+// held markers (appliance/fdbudget.go): one or two a tenant taking calls.
 const maxDirFDs = 64
 
 type dirSync struct {
