@@ -535,3 +535,58 @@ func BenchmarkSpareCreate(b *testing.B) {
 	spent := run()
 	b.ReportMetric(float64(spent.Microseconds())/float64(b.N), "cpu_us/spare")
 }
+
+// BenchmarkPutRecord measures a record file's write as a commit makes it
+// (putRecord: a new spare written and renamed into its day directory,
+// then closed), the spares made outside the timer, in a data directory
+// as deep as the pbx's (the end-to-end benchmarks'). dir=held renames
+// into the day directory held open (dirTarget), as commits do;
+// dir=path names it by its whole path, as they did: the kernel walked
+// it for every record.
+//
+//	go test -run '^$' -bench PutRecord -benchtime 4000x -count 3 ./appliance/cdr/
+func BenchmarkPutRecord(b *testing.B) {
+	for _, held := range []bool{true, false} {
+		b.Run(map[bool]string{true: "dir=held", false: "dir=path"}[held], func(b *testing.B) { benchPutRecord(b, held) })
+	}
+}
+
+func benchPutRecord(b *testing.B, held bool) {
+	root := filepath.Join(b.TempDir(), "BenchmarkSIPpCallSetuprecords=on", "001", "data")
+	s, err := New(Options{DataDir: root}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	inflight, day := s.inflightDir("acme"), s.dayDir("acme", start)
+	for _, d := range []string{inflight, day} {
+		if err := ensureDir(d); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := call("acme", start, true, "+15551230001", "+15559870002").normalize()
+	data, err := appendRecord(nil, &r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var to *dirTarget
+	if held {
+		to = s.dirSyncs.target(day)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, spent := cpuUsed(b), time.Duration(0)
+	for i := range b.N {
+		if i%spareStock == 0 {
+			spent += cpuUsed(b) - cpu0
+			s.spares.refill(inflight, spareStock)
+			cpu0 = cpuUsed(b)
+		}
+		path := inDir(day, NewID(start.Add(time.Duration(i)*time.Millisecond)), recordExt)
+		if ok, err := s.spares.putRecord(inflight, path, data, to); !ok || err != nil {
+			b.Fatalf("record %d: %v %v", i, ok, err)
+		}
+	}
+	spent += cpuUsed(b) - cpu0
+	b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N)/1000, "cpu_us/record")
+}

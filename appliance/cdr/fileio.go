@@ -3,6 +3,7 @@ package cdr
 import (
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -103,10 +104,16 @@ var noReplaceUnsupported atomic.Bool
 // were two (a file system without RENAME_NOREPLACE gets the two).
 //
 // old is relative to the directory open as odir (AT_FDCWD: the working
-// directory); oldpath names it in errors.
-func renameNoReplaceAt(odir int, old, oldpath, newpath string) error {
+// directory); oldpath names it in errors. newpath is renamed to by its
+// base name relative to the directory open as ndir, its parent, or
+// whole (ndir AT_FDCWD).
+func renameNoReplaceAt(odir int, old, oldpath string, ndir int, newpath string) error {
+	nname := newpath
+	if ndir != unix.AT_FDCWD {
+		nname = filepath.Base(newpath)
+	}
 	for !noReplaceUnsupported.Load() {
-		err := renameNoReplace(odir, old, unix.AT_FDCWD, newpath)
+		err := renameNoReplace(odir, old, ndir, nname)
 		switch err {
 		case nil:
 			return nil
@@ -124,7 +131,7 @@ func renameNoReplaceAt(odir int, old, oldpath, newpath string) error {
 	if err := unix.Lstat(newpath, &st); err == nil {
 		return &fs.PathError{Op: "rename", Path: newpath, Err: errCommitted}
 	}
-	return sysRenameAt(odir, old, unix.AT_FDCWD, newpath, oldpath, newpath)
+	return sysRenameAt(odir, old, ndir, nname, oldpath, newpath)
 }
 
 // sysRenameAt renames old, relative to the directory open as odir, to

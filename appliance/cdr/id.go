@@ -71,10 +71,35 @@ func (id ID) Validate() error {
 			return fmt.Errorf("%w: %q", ErrID, s)
 		}
 	}
-	if _, err := time.Parse(idTimeLayout, s[:idTimeLen]); err != nil {
+	if !validIDTime(s) {
 		return fmt.Errorf("%w: %q", ErrID, s)
 	}
 	return nil
+}
+
+// validIDTime reports whether the timestamp of s, whose digits and
+// separators Validate has checked against idTimeLayout, is a date and
+// time time.Parse accepts (month 1-12, a day of that month, hour 0-23,
+// minute and second 0-59): what a parse checked, without its cost (every
+// call's record is validated twice, at its answer and at its end: a
+// parse each was about 2 us a call in the pbx at 500 calls/s, perf).
+func validIDTime(s string) bool {
+	num := func(i, n int) int {
+		v := 0
+		for _, c := range []byte(s[i : i+n]) {
+			v = v*10 + int(c-'0')
+		}
+		return v
+	}
+	year, month, day := num(0, 4), num(4, 2), num(6, 2)
+	if month < 1 || month > 12 || day < 1 || num(9, 2) > 23 || num(11, 2) > 59 || num(13, 2) > 59 {
+		return false
+	}
+	days := [13]int{0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}[month]
+	if month == 2 && year%4 == 0 && (year%100 != 0 || year%400 == 0) {
+		days = 29
+	}
+	return day <= days
 }
 
 // ValidateTenant checks that a tenant name is usable as one path element:

@@ -379,7 +379,7 @@ func (s *Store) retryOne(k recKey) error {
 	}
 	var err error
 	if st == stageMarker {
-		err = s.writeMarker(&rec)
+		err = s.writeMarker(&rec, s.MarkerPath(rec.Tenant, rec.ID))
 	} else {
 		err = s.commitFrom(&rec, &st, true)
 	}
@@ -402,9 +402,9 @@ func (s *Store) retryOne(k recKey) error {
 	return nil
 }
 
-// track and untrack keep the set of in-flight markers Run refreshes.
-func (s *Store) track(k recKey) {
-	path := s.MarkerPath(k.tenant, k.id)
+// track and untrack keep the set of in-flight markers Run refreshes;
+// path is k's (MarkerPath).
+func (s *Store) track(k recKey, path string) {
 	sh := s.bl.liveShard(k.id)
 	sh.mu.Lock()
 	sh.m[k] = path

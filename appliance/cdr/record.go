@@ -100,7 +100,15 @@ func NewRecord(tenant string, dir calls.Direction, start time.Time) *Record {
 // records take the call's id): no id is drawn, which costs a random read
 // and a time formatting a record.
 func NewRecordOf(id ID, tenant string, dir calls.Direction, start time.Time) *Record {
-	return &Record{ID: id, Tenant: tenant, V: Version, Direction: dir, Start: start.UTC().Truncate(time.Millisecond)}
+	r := RecordOf(id, tenant, dir, start)
+	return &r
+}
+
+// RecordOf is NewRecordOf as a value, which a caller that keeps it on its
+// stack does not allocate (the call log builds a record at each call's
+// answer and end).
+func RecordOf(id ID, tenant string, dir calls.Direction, start time.Time) Record {
+	return Record{ID: id, Tenant: tenant, V: Version, Direction: dir, Start: start.UTC().Truncate(time.Millisecond)}
 }
 
 // AddStep appends a step.

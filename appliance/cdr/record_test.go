@@ -3,6 +3,7 @@ package cdr
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -175,5 +176,44 @@ func TestValidate(t *testing.T) {
 	}
 	if err := call("acme", start, true, "1", "2").validate(true); err != nil {
 		t.Fatalf("good record refused: %v", err)
+	}
+}
+
+// TestIDValidateTimeAsParse checks that Validate accepts exactly the
+// timestamps time.Parse does, over every month 00-13, day 00-32 and edge
+// values of the other fields, in leap and common years and centuries.
+func TestIDValidateTimeAsParse(t *testing.T) {
+	n := 0
+	for _, y := range []string{"0000", "1900", "2000", "2024", "2026", "2100", "9999"} {
+		for m := 0; m <= 13; m++ {
+			for d := 0; d <= 32; d++ {
+				for _, hms := range []string{"000000", "235959", "240000", "006000", "000060", "125959"} {
+					ts := fmt.Sprintf("%s%02d%02dT%s.999Z", y, m, d, hms)
+					_, perr := time.Parse(idTimeLayout, ts)
+					verr := ID(ts + "-k3j9q2ab").Validate()
+					if (perr == nil) != (verr == nil) {
+						t.Fatalf("%s: time.Parse %v, Validate %v", ts, perr, verr)
+					}
+					if perr == nil {
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no valid timestamp tried")
+	}
+}
+
+// BenchmarkIDValidate measures the validation every Answered and
+// CommitThen makes of a record's id.
+func BenchmarkIDValidate(b *testing.B) {
+	id := NewID(time.Date(2026, 2, 28, 23, 59, 59, 0, time.UTC))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := id.Validate(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -250,7 +250,7 @@ var errCommitted = errors.New("target exists")
 //
 // The rename names path relative to the directory open as pdir (AT_FDCWD:
 // not open), or the whole path without replacement.
-func writeInto(f spare, pdir int, path string, data []byte, noReplace, keep bool, ns *sync.Mutex) (spare, bool, error) {
+func writeInto(f spare, pdir int, path string, data []byte, noReplace, keep bool, to *dirTarget) (spare, bool, error) {
 	// Overwritten in place and cut to length, not truncated to zero first:
 	// on ext4 a truncation to zero frees the file's block (a discard request
 	// with the discard mount option) and makes close start writeback of the
@@ -267,19 +267,16 @@ func writeInto(f spare, pdir int, path string, data []byte, noReplace, keep bool
 		err = unix.Ftruncate(f.fd, int64(len(data)))
 	}
 	if err == nil {
-		if ns != nil {
-			ns.Lock()
-		}
 		switch {
+		case noReplace && to != nil:
+			err = renameNoReplaceAt(f.dir, f.rel(), f.path, to.acquire(), path)
+			to.release(err)
 		case noReplace:
-			err = renameNoReplaceAt(f.dir, f.rel(), f.path, path)
+			err = renameNoReplaceAt(f.dir, f.rel(), f.path, unix.AT_FDCWD, path)
 		case pdir == unix.AT_FDCWD:
 			err = sysRenameAt(f.dir, f.rel(), unix.AT_FDCWD, path, f.path, path)
 		default:
 			err = sysRenameAt(f.dir, f.rel(), pdir, filepath.Base(path), f.path, path)
-		}
-		if ns != nil {
-			ns.Unlock()
 		}
 	}
 	if err != nil {
@@ -465,7 +462,7 @@ func padMarker(data []byte, size int) []byte {
 // parked ones stay for the markers. It reports false, having written
 // nothing at path, when none could be written; the caller then writes
 // the file the ordinary way.
-func (sp *spares) putRecord(dir, path string, data []byte, ns *sync.Mutex) (bool, error) {
+func (sp *spares) putRecord(dir, path string, data []byte, to *dirTarget) (bool, error) {
 	f, ok := sp.takeFresh(dir)
 	if !ok {
 		var err error
@@ -474,13 +471,13 @@ func (sp *spares) putRecord(dir, path string, data []byte, ns *sync.Mutex) (bool
 		}
 	}
 	if f.fd != -2 {
-		if _, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, ns); ok || err != nil {
+		if _, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, to); ok || err != nil {
 			return ok, err
 		}
 	}
 	if f, ok := sp.take(dir); ok {
 		name := f.path
-		_, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, ns)
+		_, ok, err := writeInto(f, unix.AT_FDCWD, path, data, true, false, to)
 		sp.settle(dir, name)
 		return ok, err
 	}

@@ -259,3 +259,34 @@ func TestMarkerAndRecordPaths(t *testing.T) {
 		t.Errorf("marker path of an invalid id %q, want %q", got, want)
 	}
 }
+
+// TestRelUnder checks relUnder against filepath.Rel for paths under the
+// root, the root itself, beside it and for the root directory.
+func TestRelUnder(t *testing.T) {
+	for _, tc := range []struct{ root, p string }{
+		{"/data", "/data/acme/cdr/2026/11/21/20261121T151230.123Z-k3j9q2ab.json"},
+		{"/data", "/data/a"},
+		{"/data", "/data"},
+		{"/data", "/database/a"},
+		{"/data", "/other/a"},
+		{"/", "/data/a"},
+		{"/a/b", "/a/b/c/d"},
+	} {
+		want, werr := filepath.Rel(tc.root, tc.p)
+		got, err := relUnder(tc.root, tc.p)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Errorf("relUnder(%q, %q) = %q, %v; filepath.Rel: %q, %v", tc.root, tc.p, got, err, want, werr)
+		}
+	}
+}
+
+// TestInflightDirOfEachTenant checks the in-flight directory kept at
+// hand for the last tenant against the joined path, tenants alternating.
+func TestInflightDirOfEachTenant(t *testing.T) {
+	s := newTestStore(t, nil, nil)
+	for _, tenant := range []string{"acme", "acme", "globex", "acme", "globex", "globex", "initech", "acme"} {
+		if got, want := s.inflightDir(tenant), filepath.Join(s.root, tenant, "cdr", "inflight"); got != want {
+			t.Fatalf("inflightDir(%s) = %s, want %s", tenant, got, want)
+		}
+	}
+}
