@@ -51,6 +51,14 @@ func benchEnvInt(name string, def int) int {
 	return def
 }
 
+// benchEnvCount is benchEnvInt where 0 is a value: none.
+func benchEnvCount(name string, def int) int {
+	if os.Getenv(name) == "0" {
+		return 0
+	}
+	return benchEnvInt(name, def)
+}
+
 func benchEnvDuration(name string, def time.Duration) time.Duration {
 	if v, err := time.ParseDuration(os.Getenv(name)); err == nil && v > 0 {
 		return v

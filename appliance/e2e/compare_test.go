@@ -182,7 +182,7 @@ func loadCompareConfig() compareConfig {
 		regSIPp:     benchEnvInt("PBX_COMPARE_REG_SIPP", 2),
 		regCPURate:  benchEnvInt("PBX_COMPARE_REG_CPU_RATE", 10000),
 		calls:       benchEnvInt("PBX_COMPARE_CALLS", 1000),
-		callsHigh:   benchEnvInt("PBX_COMPARE_CALLS_HIGH", 2000),
+		callsHigh:   benchEnvCount("PBX_COMPARE_CALLS_HIGH", 2000),
 		callCPURate: benchEnvInt("PBX_COMPARE_CALL_CPU_RATE", 500),
 		callCPURuns: max(benchEnvInt("PBX_COMPARE_CALL_CPU_RUNS", 2), 1),
 		offLadder:   os.Getenv("PBX_COMPARE_OFF_LADDER") != "0",

@@ -326,3 +326,17 @@ func TestRTPProbe(t *testing.T) {
 		t.Errorf("jitter p99 through the forwarder %s (%s as read)", got.jitterP99, got.readP99)
 	}
 }
+
+// TestCompareCallsHigh checks that PBX_COMPARE_CALLS_HIGH=0 skips the many
+// calls held 60 s, as the README's quick run asks, and that they run by
+// default.
+func TestCompareCallsHigh(t *testing.T) {
+	t.Setenv("PBX_COMPARE_CALLS_HIGH", "")
+	if n := loadCompareConfig().callsHigh; n != 2000 {
+		t.Errorf("default: %d calls, want 2000", n)
+	}
+	t.Setenv("PBX_COMPARE_CALLS_HIGH", "0")
+	if n := loadCompareConfig().callsHigh; n != 0 {
+		t.Errorf("PBX_COMPARE_CALLS_HIGH=0: %d calls, want none", n)
+	}
+}
