@@ -84,21 +84,27 @@ func TestCallLogRecordsDigits(t *testing.T) {
 	}
 }
 
+// endedBenchCall is the internal call, answered and ended a minute after
+// it began, that the call log's benchmarks record.
+func endedBenchCall() b2bua.CallInfo {
+	start := time.Now().Add(-time.Minute)
+	return b2bua.CallInfo{
+		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, SIPCallID: "sip-1",
+		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
+		End: start.Add(time.Minute), Cause: calls.CauseAnswered, SIPStatus: 200, State: b2bua.StateEnded,
+		Legs: []b2bua.LegInfo{{Target: "200", Start: start, Answer: start.Add(time.Second), End: start.Add(time.Minute), SIPStatus: 200, Won: true}},
+	}
+}
+
 // BenchmarkRecordOf measures building a call's record from its snapshot,
 // which the call log does twice a call (at answer, at the end): it takes
 // the call's id, so no id is drawn (a random read and a time formatting).
 //
 //	go test -run '^$' -bench RecordOf ./appliance/
 func BenchmarkRecordOf(b *testing.B) {
-	start := time.Now().Add(-time.Minute)
-	c := b2bua.CallInfo{
-		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, SIPCallID: "sip-1",
-		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
-		End: start.Add(time.Minute), Cause: calls.CauseAnswered, SIPStatus: 200, State: b2bua.StateEnded,
-		Caller: b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "acme", Username: "alice", Extension: "100"},
-		Meta:   b2bua.Meta{Tenant: "acme", Direction: calls.DirectionInternal, Extension: "200", From: "100", FromName: "Alice"},
-		Legs:   []b2bua.LegInfo{{Target: "200", Start: start, Answer: start.Add(time.Second), End: start.Add(time.Minute), SIPStatus: 200, Won: true}},
-	}
+	c := endedBenchCall()
+	c.Caller = b2bua.Caller{Kind: b2bua.KindEndpoint, Tenant: "acme", Username: "alice", Extension: "100"}
+	c.Meta = b2bua.Meta{Tenant: "acme", Direction: calls.DirectionInternal, Extension: "200", From: "100", FromName: "Alice"}
 	b.ReportAllocs()
 	for b.Loop() {
 		if r := recordOf(&c); r.ID != cdr.ID(c.ID) {
@@ -137,13 +143,7 @@ func TestCallLogEventsAllocation(t *testing.T) {
 //
 //	go test -run '^$' -bench CallLogRecord ./appliance/
 func BenchmarkCallLogRecord(b *testing.B) {
-	start := time.Now().Add(-time.Minute)
-	c := b2bua.CallInfo{
-		ID: b2bua.NewCallID(start), Tenant: "acme", Direction: calls.DirectionInternal, SIPCallID: "sip-1",
-		From: "alice", To: "200", Extension: "200", AnsweredBy: "200", Start: start, Answer: start.Add(time.Second),
-		End: start.Add(time.Minute), Cause: calls.CauseAnswered, SIPStatus: 200, State: b2bua.StateEnded,
-		Legs: []b2bua.LegInfo{{Target: "200", Start: start, Answer: start.Add(time.Second), End: start.Add(time.Minute), SIPStatus: 200, Won: true}},
-	}
+	c := endedBenchCall()
 	steps := []cdr.Step{{ID: "1", Type: "time_condition", Result: "open"}, {ID: "2", Type: "menu", Result: "1"}, {ID: "3", Type: "dial"}}
 	l := &callLog{steps: func(b2bua.CallID) []cdr.Step { return append([]cdr.Step(nil), steps...) }}
 	b.ReportAllocs()
