@@ -37,6 +37,7 @@ func TestCallEndedWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(store.Flush) // the committer restocks after done, into dd
 	w := &config.Webhook{URL: srv.URL, Events: []string{webhook.EventCallEnded}, Key: "hook-secret"}
 	w.Tenant, w.Name = "acme", "crm"
 	hooks, err := webhook.New(webhook.Options{Webhooks: []*config.Webhook{w}, DataDir: dd}, nil)

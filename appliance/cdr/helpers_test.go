@@ -54,6 +54,10 @@ func newTestStore(t testing.TB, zones map[string]*time.Location, mod func(*Optio
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The committer goes on after a commit's done (it restocks the spare
+	// files): it must be over before the temporary directory is removed
+	// (cleanups run last registered first, TempDir's after this one).
+	t.Cleanup(s.Flush)
 	return s
 }
 
