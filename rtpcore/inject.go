@@ -32,19 +32,50 @@ func (l *Leg) Inject(pt uint8) (*Injection, error) {
 	if l.isClosed() {
 		return nil, ErrClosed
 	}
-	inj := &Injection{leg: l, pt: pt & 0x7f, buf: make([]byte, 0, maxPacket), first: true}
+	inj := l.newInjection(pt)
 	if !l.inj.CompareAndSwap(nil, inj) {
 		return nil, ErrInjecting
 	}
+	l.resumeInjecting()
+	return inj, nil
+}
+
+func (l *Leg) newInjection(pt uint8) *Injection {
+	return &Injection{leg: l, pt: pt & 0x7f, buf: make([]byte, 0, maxPacket), first: true}
+}
+
+// resumeInjecting advances the timestamp by the wall-clock gap since the
+// last injected packet, so the far end's jitter buffer stays sane.
+func (l *Leg) resumeInjecting() {
 	l.injMu.Lock()
 	if l.started {
-		// Advance the timestamp by the wall-clock gap since the last
-		// injected packet, so the far end's jitter buffer stays sane.
 		gap := time.Since(l.tsWall)
 		l.ts += uint32(gap * time.Duration(l.clockRate.Load()) / time.Second)
 	}
 	l.injMu.Unlock()
-	return inj, nil
+}
+
+// Replace ends i and starts, in the same step, an injection toward the
+// same leg with payload type pt, as Inject would: no packet relayed in
+// between reaches the far end, where Close then Inject leave a moment
+// for one (music on hold switching from silence to music while the other
+// party's phone still sends). i is closed once Replace returns, also
+// when it fails: ErrClosed when i was closed already or the leg is.
+func (i *Injection) Replace(pt uint8) (*Injection, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return nil, ErrClosed
+	}
+	i.closed = true // no write of i after this one
+	l := i.leg
+	next := l.newInjection(pt)
+	if l.isClosed() || !l.inj.CompareAndSwap(i, next) {
+		l.inj.CompareAndSwap(i, nil)
+		return nil, ErrClosed
+	}
+	l.resumeInjecting()
+	return next, nil
 }
 
 // Injecting reports whether an injection is active on the leg.

@@ -57,6 +57,7 @@ func (h *holdState) held() bool {
 // player) toward a held party, nothing toward a party that holds.
 type holdFeed struct {
 	music  bool
+	inj    *rtpcore.Injection // opened when the feed started; nil: it waited for one
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -142,13 +143,11 @@ func (p holdPair) feed(k int, holds, held bool) *holdFeed {
 		if cur != nil && !cur.music {
 			return cur
 		}
-		cur.stop()
-		return c.startFeed(leg, nil, 0)
+		return c.startFeed(leg, nil, 0, cur)
 	case held:
 		if cur != nil && cur.music {
 			return cur
 		}
-		cur.stop()
 		holder := p.sides[1-k]
 		pcm := c.m.opts.MusicOnHold.Music(c.Info(), holder.leg == nil && holder.c == c)
 		if len(pcm) == 0 {
@@ -157,9 +156,9 @@ func (p holdPair) feed(k int, holds, held bool) *holdFeed {
 		pt, ok := p.musicPT(k)
 		if !ok {
 			c.log.Info("no G.711 codec on the call: the held party hears nothing")
-			return c.startFeed(leg, nil, 0)
+			return c.startFeed(leg, nil, 0, cur)
 		}
-		return c.startFeed(leg, pcm, pt)
+		return c.startFeed(leg, pcm, pt, cur)
 	default:
 		cur.stop()
 		return nil
@@ -185,8 +184,11 @@ func (h *holdState) drop() {
 // it, and loops pcm into it as payload type pt until stopped or the call
 // ends; with pcm nil it sends nothing. The first packet carries the
 // marker bit, and sequence numbers and timestamps continue the leg's
-// earlier injections (rtpcore.Injection).
-func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8) *holdFeed {
+// earlier injections (rtpcore.Injection). The feed replaces prev, the
+// leg's feed until now (nil: the relay), and stops it: its injection is
+// replaced in one step, so that no relayed packet reaches the leg in
+// between (the other phone may be sending).
+func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8, prev *holdFeed) *holdFeed {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &holdFeed{music: pcm != nil, cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -196,7 +198,20 @@ func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8) *holdFeed {
 		case <-ctx.Done():
 		}
 	}()
-	inj, err := leg.Inject(pt)
+	var inj *rtpcore.Injection
+	err := rtpcore.ErrClosed
+	if prev != nil && prev.inj != nil {
+		inj, err = prev.inj.Replace(pt)
+	}
+	prev.stop()
+	if err != nil {
+		// No feed before, or its injection is gone (the leg closed, or
+		// the feed still waited for one).
+		inj, err = leg.Inject(pt)
+	}
+	if err == nil {
+		f.inj = inj
+	}
 	go func() {
 		defer close(f.done)
 		if err != nil {
@@ -216,7 +231,7 @@ func (c *Call) startFeed(leg *rtpcore.Leg, pcm []int16, pt uint8) *holdFeed {
 			c.log.Warn("music on hold", "err", err)
 			return
 		}
-		if err := rtpcore.Play(ctx, inj, p, p.Ptime()); err != nil && ctx.Err() == nil {
+		if err := rtpcore.Play(ctx, inj, p, p.Ptime()); err != nil && ctx.Err() == nil && !errors.Is(err, rtpcore.ErrClosed) {
 			c.log.Debug("music on hold ended", "err", err)
 		}
 	}()
