@@ -38,7 +38,7 @@
 // Caveats:
 //
 //   - On Linux the relay is a few worker goroutines (one for every two
-//     Ps), each serving the sockets of many legs from its own epoll set
+//     Ps, two where there are two), each serving the sockets of many legs from its own epoll set
 //     and reading into one reused buffer; the sockets are its own,
 //     non-blocking and outside the Go runtime's poller. Elsewhere it is
 //     one goroutine per socket. Taps run on the relay's goroutine, so on

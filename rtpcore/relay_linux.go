@@ -265,11 +265,8 @@ const maxEvents = 256
 // wakeSlot is the epoll data of a worker's eventfd.
 const wakeSlot = -1
 
-// workersFor is how many workers an engine runs: one for every two Ps.
-// Two on a two-P host halved the jitter of SIPp's bursts (below) but broke
-// music on hold with both sides held (TestMusicOnHoldBothAndRefresh: a
-// held phone's packets reached the other, the music's source changed), so
-// it is one again until that is understood. One worker relays a few hundred
+// workersFor is how many workers an engine runs: one for every two Ps,
+// and at least two where there are two. One worker relays a few hundred
 // thousand packets a second; fewer, busier workers drain bigger batches
 // per wake-up and leave Ps to the rest of the process. But phones send in
 // step (every 20 ms, SIPp's rtp_stream all of its calls at once), and one
@@ -282,7 +279,7 @@ func workersFor(procs int) int {
 	if relayWorkers > 0 {
 		return relayWorkers
 	}
-	return max(1, procs/2)
+	return min(procs, max(2, procs/2))
 }
 
 // relayWorkers, when positive, replaces workersFor's count

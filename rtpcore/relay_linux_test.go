@@ -89,7 +89,7 @@ func bridgedPairs(t *testing.T, e *Engine, n int) []legPair {
 // it has: two where there are two (a burst of packets is drained on both
 // cores), one for every two Ps beyond.
 func TestWorkersFor(t *testing.T) {
-	for procs, want := range map[int]int{1: 1, 2: 1, 3: 1, 4: 2, 6: 3, 8: 4, 16: 8} {
+	for procs, want := range map[int]int{1: 1, 2: 2, 3: 2, 4: 2, 6: 3, 8: 4, 16: 8} {
 		if got := workersFor(procs); got != want {
 			t.Errorf("workersFor(%d) = %d, want %d", procs, got, want)
 		}
