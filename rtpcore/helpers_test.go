@@ -94,6 +94,21 @@ func (p *phone) sendTo(to netip.AddrPort, pkt []byte) {
 	}
 }
 
+// recvHeader reads one datagram, failing the test after 5 s without one,
+// and returns its RTP header.
+func (p *phone) recvHeader() Header {
+	p.t.Helper()
+	got, _ := p.recv(5 * time.Second)
+	if got == nil {
+		p.t.Fatal("packet missing")
+	}
+	h, err := ParseHeader(got)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return h
+}
+
 // recv reads one datagram or returns nil after the timeout.
 func (p *phone) recv(timeout time.Duration) ([]byte, netip.AddrPort) {
 	p.t.Helper()

@@ -89,25 +89,13 @@ func TestInjectionReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := bytes.Repeat([]byte{0xD5}, 160)
-	read := func() Header {
-		t.Helper()
-		got, _ := pb.recv(5 * time.Second)
-		if got == nil {
-			t.Fatal("injected packet missing")
-		}
-		h, err := ParseHeader(got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
 	for range 2 {
 		if err := first.Write(payload, 160); err != nil {
 			t.Fatal(err)
 		}
 	}
-	read()
-	h1 := read()
+	pb.recvHeader()
+	h1 := pb.recvHeader()
 	second, err := first.Replace(PayloadPCMU)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +115,7 @@ func TestInjectionReplace(t *testing.T) {
 	if err := second.Write(payload, 160); err != nil {
 		t.Fatal(err)
 	}
-	h2 := read()
+	h2 := pb.recvHeader()
 	if h2.SSRC != h1.SSRC || h2.Sequence != h1.Sequence+1 || !h2.Marker || h2.PayloadType != PayloadPCMU || int32(h2.Timestamp-(h1.Timestamp+160)) < 0 {
 		t.Errorf("after the replacement %+v, before %+v", h2, h1)
 	}
