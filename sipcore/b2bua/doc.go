@@ -43,7 +43,10 @@
 // rtpcore.Player into an Injection on its leg (nil: G.711 silence packets),
 // in the first G.711 codec the answering party accepted; the Injection keeps
 // the leg's SSRC, sequence numbers and timestamps continuous and sets the
-// marker bit when a feed starts. While either side holds, every offer from
+// marker bit when a feed starts; a feed that follows another toward the
+// same leg replaces its Injection in one step (Injection.Replace), so that
+// none of the other phone's packets slips through at the switch. While
+// either side holds, every offer from
 // either side is answered locally the same way (a held party's session
 // refresh keeps its music going; its own hold makes both silent; the first
 // holder's resume then plays it the other's music). The resume ends the
