@@ -77,10 +77,7 @@ func (r *Registrar) keepaliveLoop(ctx context.Context) {
 func (r *Registrar) keepaliveRound(ctx context.Context) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, keepaliveWorkers)
-	for _, b := range r.List() {
-		if !b.BehindNAT() || !b.Source.IsValid() {
-			continue
-		}
+	for _, b := range r.natBindings() {
 		if b.Transport == sipcore.TransportTCP {
 			r.ka.sent.Add(1)
 			if err := r.opts.SIP.PingTCP(b.Source.String()); err != nil {
@@ -108,6 +105,29 @@ func (r *Registrar) keepaliveRound(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// natBindings returns the live bindings behind NAT with a known source:
+// those a keepalive round pings. It copies only them, unsorted: a round
+// through List (every binding copied and sorted) took 2.2 ms and allocated
+// 2.8 MB at 2,000 registered phones none of which is behind NAT, against
+// 0.35 ms and 0.29 MB (BenchmarkNATBindings): garbage that held the
+// process above its idle size after a REGISTER load until the next
+// collection.
+func (r *Registrar) natBindings() []Binding {
+	now := r.now()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []Binding
+	for _, a := range r.aors {
+		for i := range a.bindings {
+			b := &a.bindings[i]
+			if !b.Expired(now) && b.Source.IsValid() && b.BehindNAT() {
+				out = append(out, *b)
+			}
+		}
+	}
+	return out
 }
 
 // sendOptions sends one out-of-dialog OPTIONS to b's Contact through its
