@@ -278,18 +278,25 @@ func (r *Registrar) LookupAccount(tenant, username string) []Binding {
 // List returns every live binding, ordered by tenant, extension, username
 // and contact.
 func (r *Registrar) List() []Binding {
+	out := r.live(nil)
+	slices.SortFunc(out, compareBindings)
+	return out
+}
+
+// live returns the live bindings of every account that keep accepts (nil:
+// all of them), copied under the read lock, in no order.
+func (r *Registrar) live(keep func(*Binding) bool) []Binding {
 	now := r.now()
 	r.mu.RLock()
+	defer r.mu.RUnlock()
 	var out []Binding
 	for _, a := range r.aors {
-		for _, b := range a.bindings {
-			if !b.Expired(now) {
-				out = append(out, b)
+		for i := range a.bindings {
+			if b := &a.bindings[i]; !b.Expired(now) && (keep == nil || keep(b)) {
+				out = append(out, *b)
 			}
 		}
 	}
-	r.mu.RUnlock()
-	slices.SortFunc(out, compareBindings)
 	return out
 }
 
