@@ -11,12 +11,10 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
-	"math"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/emiago/sipgo/sip"
@@ -136,39 +134,11 @@ type Auth struct {
 	algs   []string // offered, in challenge order; upper case
 	now    func() time.Time
 
-	shardCap int
-	shards   [ncShards]ncShard
-	// sweeping is set while a sweep timer is armed: from the first
-	// tracked nonce until the table is empty again.
-	sweeping atomic.Bool
+	replay *replayTable // the last nc of each nonce in use (replay.go)
 
 	// macs reuses the nonce HMACs (keyed with secret): one is computed
 	// for every challenge and every credential checked.
 	macs sync.Pool
-}
-
-const ncShards = 32
-
-type ncShard struct {
-	mu      sync.Mutex
-	m       map[nonceKey]ncEntry
-	inserts int
-	high    int   // most entries m held since it was last rebuilt
-	swept   int64 // unix seconds of the last sweep
-}
-
-// nonceKey is the first half of a nonce's MAC: unique per issued nonce
-// (two of a million tracked nonces share one with a chance of about 1 in
-// 10^7, and the MAC is keyed with the secret, so a client cannot make them
-// meet; if they do, the later one may be refused as a replay and its
-// client challenged again), and smaller than the nonce text. Key and entry
-// take 16 bytes of a map slot instead of 32: under a REGISTER load the
-// table is a large part of the live heap.
-type nonceKey [8]byte
-
-type ncEntry struct {
-	nc      uint32
-	expires uint32 // unix seconds (until 2106)
 }
 
 // dummyPassword is hashed for unknown users so that a wrong password and an
@@ -199,7 +169,6 @@ func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
 	if tracked <= 0 {
 		tracked = DefaultMaxTrackedNonces
 	}
-	a.shardCap = max(tracked/ncShards, 1)
 	if a.ttl <= 0 {
 		a.ttl = DefaultNonceTTL
 	}
@@ -212,9 +181,7 @@ func NewAuth(opts AuthOptions, dir Directory) (*Auth, error) {
 	if a.now == nil {
 		a.now = time.Now
 	}
-	for i := range a.shards {
-		a.shards[i].m = make(map[nonceKey]ncEntry)
-	}
+	a.replay = newReplayTable(a.ttl, tracked, a.now)
 	return a, nil
 }
 
@@ -409,91 +376,7 @@ func (a *Auth) useNonce(key nonceKey, hasQOP bool, nc uint32, expires, now time.
 	if !hasQOP {
 		nc = 1
 	}
-	nowS := now.Unix()
-	sh := &a.shards[key[0]%ncShards]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[key]
-	if ok && nowS < int64(e.expires) && nc <= e.nc {
-		return false
-	}
-	if !ok {
-		sh.inserts++
-		if sh.inserts >= 1024 || len(sh.m) >= a.shardCap {
-			sh.sweep(nowS)
-		}
-		if len(sh.m) >= a.shardCap {
-			return false
-		}
-	}
-	sh.m[key] = ncEntry{nc: nc, expires: uint32(min(max(expires.Unix(), 0), math.MaxUint32))}
-	sh.high = max(sh.high, len(sh.m))
-	if !ok && !a.sweeping.Load() && a.sweeping.CompareAndSwap(false, true) {
-		time.AfterFunc(nonceSweepEvery, a.sweepTick)
-	}
-	return true
-}
-
-// nonceSweepEvery is how often the sweep timer drops expired nonces while
-// any are tracked. Inserts sweep a shard too (every 1,024), but once a
-// load ends nothing is inserted, and without the timer its nonces stayed
-// in the table for good.
-const nonceSweepEvery = 2 * time.Second
-
-// rebuildFloor is the fewest entries a shard must have held for a rebuild
-// to be worth it (a Go map keeps the buckets of its largest size: about
-// 40 bytes per entry of the high-water mark).
-const rebuildFloor = 1024
-
-// sweep drops the expired entries of sh, and copies the live ones into a
-// fresh map when they are under half the most it held (the copies
-// after a load then cost at most twice its live entries). The
-// caller holds sh.mu. It costs one pass over the shard (at most
-// shardCap entries, 32,768 by default).
-func (sh *ncShard) sweep(nowS int64) {
-	sh.inserts = 0
-	sh.swept = nowS
-	for k, e := range sh.m {
-		if nowS >= int64(e.expires) {
-			delete(sh.m, k)
-		}
-	}
-	if sh.high < rebuildFloor || len(sh.m) >= sh.high/2 {
-		return
-	}
-	m := make(map[nonceKey]ncEntry, len(sh.m)) // maps.Clone keeps the capacity
-	for k, e := range sh.m {
-		m[k] = e
-	}
-	sh.m, sh.high = m, len(m)
-}
-
-// sweepTick runs on the sweep timer: it sweeps each shard not swept by
-// inserts within the last period, and arms the timer again while nonces
-// remain tracked. An idle Auth holds no timer.
-func (a *Auth) sweepTick() {
-	nowS := a.now().Unix()
-	period := int64(nonceSweepEvery / time.Second)
-	left := 0
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		if nowS-sh.swept >= period {
-			sh.sweep(nowS)
-		}
-		left += len(sh.m)
-		sh.mu.Unlock()
-	}
-	if left > 0 {
-		time.AfterFunc(nonceSweepEvery, a.sweepTick)
-		return
-	}
-	a.sweeping.Store(false)
-	// An insert between the count and the store saw the timer armed and
-	// armed none: look once more.
-	if a.NonceCount() > 0 && a.sweeping.CompareAndSwap(false, true) {
-		time.AfterFunc(nonceSweepEvery, a.sweepTick)
-	}
+	return a.replay.use(key, nc, expires, now)
 }
 
 // uriBufs hold the Request-URI's text while URIMatches compares it (its
@@ -576,15 +459,7 @@ func (a *Auth) Response(req *sip.Request, res Result, proxy bool, realm string) 
 
 // NonceCount returns how many nonces are tracked for nc replay (for tests
 // and metrics).
-func (a *Auth) NonceCount() int {
-	n := 0
-	for i := range a.shards {
-		a.shards[i].mu.Lock()
-		n += len(a.shards[i].m)
-		a.shards[i].mu.Unlock()
-	}
-	return n
-}
+func (a *Auth) NonceCount() int { return a.replay.count() }
 
 // AuthHooks are told of the outcome of Authenticate (the guard's hooks).
 type AuthHooks struct {

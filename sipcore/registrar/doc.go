@@ -17,10 +17,11 @@
 // spent only on nonces that authenticated a request (to track nc), so an
 // unauthenticated flood cannot grow state, and that table is bounded
 // (MaxTrackedNonces): when full, a nonce cannot be reused and the client is
-// simply challenged again. A timer sweeps expired nonces every 2 s while
-// any are tracked (so the table empties once a load ends) and copies a
-// shard into a fresh map when it holds under half its high-water
-// mark (Go maps never shrink).
+// simply challenged again. The table is kept in generations by the nonces'
+// expiry second, and a generation is let go whole once its nonces have
+// expired (a timer looks every second while any are tracked), so the table
+// empties as a load's nonces expire without a pass over the live ones
+// (replay.go).
 //
 // Bindings: several contacts per account up to its maxContacts (default 5).
 // When a new contact would exceed the limit the binding that expires soonest
