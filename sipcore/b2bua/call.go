@@ -42,7 +42,10 @@ type Call struct {
 	caller   *sipgo.DialogServerSession
 	callerEP sipcore.Endpoint
 	callerTx sip.ServerTransaction
-	invite   *sip.Request
+	// upUntilEnd, set by fork once the call is answered and up, waits for its
+	// end (see handleInvite).
+	upUntilEnd func()
+	invite     *sip.Request
 
 	session    *rtpcore.Session
 	callerLeg  *rtpcore.Leg
@@ -206,20 +209,37 @@ func localOf(req *sip.Request) netip.AddrPort {
 	return netip.AddrPortFrom(ip.Unmap(), uint16(req.Laddr.Port))
 }
 
-// handleInvite runs a new call to its end on the INVITE's goroutine (sipgo
-// terminates the transaction when the handler returns), or relays a
-// re-INVITE. What precedes the call's run is in admitInvite, so that its
-// large frame is gone while the call is held (see fork).
+// handleInvite runs a new call on the INVITE's goroutine until it is
+// answered and confirmed by the caller's ACK, or over; an answered call then
+// waits for its end on a goroutine of its own (see fork), and the handler
+// returns: sipgo then lets the INVITE's transaction linger for its timers
+// (UDP) or ends it (TCP), neither of which touches a confirmed dialog. It
+// also relays a re-INVITE (admitInvite).
 func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	c, src, transport := m.admitInvite(req, tx)
 	if c == nil {
 		return
 	}
-	defer c.caller.Close()
-	defer m.removeCall(c)
 	m.addDialog(c.caller.ID, dialogRef{call: c})
 	c.run(req, src, transport)
+	if c.upUntilEnd != nil {
+		// Answered and up: the call waits for its end on a goroutine of
+		// its own, and this handler returns (see fork).
+		go func() {
+			c.upUntilEnd()
+			c.ended()
+		}()
+		return
+	}
+	c.ended()
+}
+
+// ended reports the call's end and lets it go: the last step of a call,
+// on its goroutine.
+func (c *Call) ended() {
 	c.emitEnded()
+	c.m.removeCall(c)
+	c.caller.Close()
 }
 
 // admitInvite answers a request that does not start a call (a re-INVITE,

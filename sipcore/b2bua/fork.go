@@ -12,30 +12,43 @@ import (
 	"pbx/sipcore/calls"
 )
 
-// fork starts every leg and drives the call until it is answered and ended,
-// or fails. It returns the failure when every leg failed or the ring timer
+// fork starts every leg and drives the call until it is answered, or
+// fails. It returns the failure when every leg failed or the ring timer
 // ran out (the caller is not answered yet: place decides, through
-// Target.Next), nil when the call is over.
+// Target.Next), nil otherwise: the call is over, or it is answered and up,
+// and then c.upUntilEnd is set to what waits for its end (handleInvite runs it
+// on a goroutine of its own).
 //
-// An answered call waits for its end on the INVITE handler's goroutine,
-// whose stack the runtime shrinks at each collection to a power of two
-// above four times what it uses: the frames parked while the call is held
-// (handleInvite, run, place, fork, waitEnd and sipgo's) are kept small so
-// that it can shrink to 8 kB, the ringing loop with its large frame
-// running in ring, which has returned by then.
+// An answered call used to wait for its end here, on the INVITE handler's
+// goroutine, whose stack had grown to 8 or 16 kB setting the call up and
+// shrinks only to a power of two above four times what its parked frames
+// use (sipgo's, handleInvite, run, place, fork, waitEnd). A fresh
+// goroutine starts at the runtime's initial size and grows only as deep as
+// waitEnd and the tear-down go. Measured at 1,000 held calls
+// (BenchmarkConcurrentCallsRelay with PBX_PPROF, runtime/metrics): goroutine
+// stacks 11.0 MB before, 3.1 MB after; resident memory per call 59.2 kB
+// (two runs) before, 51.2 after.
 func (c *Call) fork(target *Target) *dialFailure {
-	var legsWG sync.WaitGroup
-	defer legsWG.Wait()
-	defer c.closeFork()
-	w, answerSDP, fail := c.ring(target, &legsWG)
+	legsWG := new(sync.WaitGroup)
+	// The losing legs have been cancelled; wait for them before returning,
+	// so the call's goroutine owns every leg until the end.
+	settle := func() {
+		c.closeFork()
+		legsWG.Wait()
+	}
+	w, answerSDP, fail := c.ring(target, legsWG)
 	if w == nil {
+		settle()
 		return fail
 	}
 	if c.answer(w, answerSDP) {
-		// Wait for the cancelled legs before returning, so the caller
-		// goroutine owns every leg until the end.
-		c.waitEnd()
+		c.upUntilEnd = func() {
+			c.waitEnd()
+			settle()
+		}
+		return nil
 	}
+	settle()
 	return nil
 }
 
