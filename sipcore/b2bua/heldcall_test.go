@@ -1,0 +1,74 @@
+package b2bua_test
+
+import (
+	"bytes"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"pbx/sipcore/calls"
+)
+
+// goroutinesIn counts the goroutines whose stack holds a call of fn (its
+// name as the goroutine dump prints it, up to the opening parenthesis).
+func goroutinesIn(t *testing.T, fn string) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, fn+"(") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestAnsweredCallLeavesTheInviteHandler: once a call is answered and
+// confirmed, the INVITE's handler has returned and the call waits for its
+// end on a goroutine of its own (whose stack did not grow with the
+// setup's); the call goes on, the callee's hang-up reaches the caller over
+// the caller's connection (TCP: the INVITE's transaction is ended when the
+// handler returns), and the call ends as before.
+func TestAnsweredCallLeavesTheInviteHandler(t *testing.T) {
+	for _, tr := range []string{"udp", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			e := newEnv(t, envOpts{})
+			alice := e.phone(tr, "alice", "alice-pw")
+			bob := e.phone(tr, "bob", "bob-pw")
+			call, in := answered(t, alice, bob, "102")
+			const handler = "pbx/sipcore/b2bua.(*Manager).handleInvite"
+			const waiting = "pbx/sipcore/b2bua.(*Call).waitEnd"
+			deadline := time.Now().Add(wait)
+			for goroutinesIn(t, handler) > 0 || goroutinesIn(t, waiting) != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("answered call: %d goroutines in handleInvite, %d in waitEnd; want 0 and 1",
+						goroutinesIn(t, handler), goroutinesIn(t, waiting))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			exchange(t, call.Media(), in.Media(), 20, "a")
+			exchange(t, in.Media(), call.Media(), 20, "b")
+			if err := in.Hangup(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			waitCh(t, call.Ended(), "alice BYE")
+			if !call.RemoteHangup() {
+				t.Fatal("alice did not get a BYE")
+			}
+			if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseAnswered {
+				t.Fatalf("ended event %+v", ev.Call)
+			}
+			deadline = time.Now().Add(wait)
+			for len(e.calls.Calls()) > 0 || goroutinesIn(t, waiting) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("after the BYE: %d live calls, %d goroutines in waitEnd", len(e.calls.Calls()), goroutinesIn(t, waiting))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
