@@ -1,27 +1,12 @@
 package b2bua_test
 
-import (
-	"bytes"
-	"runtime/pprof"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // parkedAcks counts the goroutines sipgo parked to hand an ACK to a server
 // transaction's reader that never came.
 func parkedAcks(t *testing.T) int {
 	t.Helper()
-	var b bytes.Buffer
-	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "(*ServerTx).ackSend") {
-			n++
-		}
-	}
-	return n
+	return goroutinesIn(t, "github.com/emiago/sipgo/sip.(*ServerTx).ackSend")
 }
 
 // TestChallengeAckLeavesNoGoroutine: the ACK of the 407 every caller gets
