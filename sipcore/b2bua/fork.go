@@ -325,9 +325,10 @@ const growStackBy = 12 << 10
 // growStack grows the calling goroutine's stack in one step, while the
 // goroutine is shallow. A goroutine's stack starts small and doubles when
 // a call needs more, each time copying it and adjusting every frame on
-// it, which costs with the number of frames (in a scratch program, 30
-// frames of 256 bytes: three copies, 15 µs each). The frame is zeroed, and
-// read so that it is kept.
+// it, which costs with the number of frames (in a scratch program, a
+// goroutine 30 frames of 256 bytes deep took 55 µs growing its stack three
+// times and 20 µs with growStack first). The frame is zeroed, and read so
+// that it is kept.
 //
 // Measured at 500 calls/s of 1 s (BenchmarkSIPpCallSetup, three pairs
 // ABAB against the call waiting on its INVITE handler's goroutine): CPU
