@@ -246,8 +246,6 @@ func (c *Call) ended() {
 // an unsupported extension, a challenge, a refusal) and returns nil;
 // otherwise it returns the new call, added to the Manager, its caller's
 // dialog to be closed by the caller of admitInvite.
-//
-//go:noinline
 func (m *Manager) admitInvite(req *sip.Request, tx sip.ServerTransaction) (*Call, netip.AddrPort, string) {
 	if tags := sipcore.UnsupportedRequire(req); len(tags) > 0 {
 		// RFC 3261 section 8.2.2.3 (and RFC 3262 section 3 for 100rel):

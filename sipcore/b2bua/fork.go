@@ -57,8 +57,6 @@ func (c *Call) fork(target *Target) *dialFailure {
 // and its SDP, the other legs cancelled), for all to fail or the ring timer
 // (it returns the failure), or for the call to end before (all nil). Leg
 // goroutines are counted in legsWG.
-//
-//go:noinline
 func (c *Call) ring(target *Target, legsWG *sync.WaitGroup) (*outLeg, *sdp.Description, *dialFailure) {
 	ringTimeout := target.RingTimeout
 	if ringTimeout <= 0 {
@@ -291,8 +289,9 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 
 // waitEnd waits for either side to hang up (or Hangup, media timeout,
 // shutdown) and tears the call down. It runs on the call's own goroutine,
-// whose stack is small while it waits (see fork) and is grown in one step
-// before the work that follows (see growStack).
+// whose stack is small while it waits (see fork; transfer and tearDown are
+// kept out of line so that their frames are not part of waitEnd's) and is
+// grown in one step before the work that follows (see growStack).
 func (c *Call) waitEnd() {
 	for {
 		var reason string

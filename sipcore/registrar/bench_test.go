@@ -91,7 +91,8 @@ func BenchmarkCountByTenant(b *testing.B) {
 }
 
 // BenchmarkList measures listing and sorting 10,000 live bindings (the
-// API's registration list, the NAT keepalive round).
+// API's registration list; the NAT keepalive round lists through
+// natBindings, BenchmarkNATBindings).
 func BenchmarkList(b *testing.B) {
 	r := benchRegistrar(b, 10000)
 	b.ReportAllocs()
