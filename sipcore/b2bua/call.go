@@ -42,10 +42,11 @@ type Call struct {
 	caller   *sipgo.DialogServerSession
 	callerEP sipcore.Endpoint
 	callerTx sip.ServerTransaction
-	// upUntilEnd, set by fork once the call is answered and up, waits for its
-	// end (see handleInvite).
-	upUntilEnd func()
-	invite     *sip.Request
+	// settleAtEnd, set by fork once the call is answered and up, is what
+	// the call's end leaves to do (see armEnd); wait is how it waits.
+	settleAtEnd func()
+	wait        endWait
+	invite      *sip.Request
 
 	session    *rtpcore.Session
 	callerLeg  *rtpcore.Leg
@@ -156,6 +157,7 @@ func (c *Call) event(kind EventKind, leg *LegInfo) {
 func (c *Call) requestEnd(reason string) {
 	select {
 	case c.endCh <- reason:
+		c.wake()
 	default:
 	}
 }
@@ -211,7 +213,7 @@ func localOf(req *sip.Request) netip.AddrPort {
 
 // handleInvite runs a new call on the INVITE's goroutine until it is
 // answered and confirmed by the caller's ACK, or over; an answered call then
-// waits for its end on a goroutine of its own (see fork), and the handler
+// waits for its end with no goroutine (see endWait), and the handler
 // returns: sipgo then lets the INVITE's transaction linger for its timers
 // (UDP) or ends it (TCP), neither of which touches a confirmed dialog. It
 // also relays a re-INVITE (admitInvite).
@@ -222,13 +224,10 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	m.addDialog(c.caller.ID, dialogRef{call: c})
 	c.run(req, src, transport)
-	if c.upUntilEnd != nil {
-		// Answered and up: the call waits for its end on a goroutine of
-		// its own, and this handler returns (see fork).
-		go func() {
-			c.upUntilEnd()
-			c.ended()
-		}()
+	if c.settleAtEnd != nil {
+		// Answered and up: the call waits for its end with no goroutine
+		// (see endWait), and this handler returns.
+		c.armEnd(c.settleAtEnd)
 		return
 	}
 	c.ended()

@@ -17,18 +17,17 @@ import (
 // fails. It returns the failure when every leg failed or the ring timer
 // ran out (the caller is not answered yet: place decides, through
 // Target.Next), nil otherwise: the call is over, or it is answered and up,
-// and then c.upUntilEnd is set to what waits for its end (handleInvite runs it
-// on a goroutine of its own).
+// and then c.settleAtEnd is set to what its end leaves to do (handleInvite
+// arms the wait for that end: see endWait).
 //
 // An answered call used to wait for its end here, on the INVITE handler's
 // goroutine, whose stack had grown to 8 or 16 kB setting the call up and
 // shrinks only to a power of two above four times what its parked frames
-// use (sipgo's, handleInvite, run, place, fork, waitEnd). A fresh
-// goroutine starts at the runtime's initial size and grows only as deep as
-// waitEnd and the tear-down go. Measured at 1,000 held calls
-// (BenchmarkConcurrentCallsRelay with PBX_PPROF, runtime/metrics): goroutine
-// stacks 11.0 MB before, 3.1 MB after; resident memory per call 59.2 kB
-// (two runs) before, 51.2 after.
+// use (sipgo's, handleInvite, run, place, fork and the wait). Measured at
+// 1,000 held calls (BenchmarkConcurrentCallsRelay with PBX_PPROF,
+// runtime/metrics): goroutine stacks 11.0 MB with the wait there, 3.1 MB
+// with a goroutine of its own per call, resident memory per call 59.2 kB
+// (two runs) and 51.2.
 func (c *Call) fork(target *Target) *dialFailure {
 	legsWG := new(sync.WaitGroup)
 	// The losing legs have been cancelled; wait for them before returning,
@@ -43,10 +42,7 @@ func (c *Call) fork(target *Target) *dialFailure {
 		return fail
 	}
 	if c.answer(w, answerSDP) {
-		c.upUntilEnd = func() {
-			c.waitEnd()
-			settle()
-		}
+		c.settleAtEnd = settle
 		return nil
 	}
 	settle()
@@ -287,34 +283,6 @@ func (c *Call) answer(w *outLeg, answerSDP *sdp.Description) bool {
 	return true
 }
 
-// waitEnd waits for either side to hang up (or Hangup, media timeout,
-// shutdown) and tears the call down. It runs on the call's own goroutine,
-// whose stack is small while it waits (see fork; transfer and tearDown are
-// kept out of line so that their frames are not part of waitEnd's) and is
-// grown in one step before the work that follows (see growStack).
-func (c *Call) waitEnd() {
-	for {
-		var reason string
-		select {
-		case reason = <-c.endCh:
-		case <-c.caller.Context().Done():
-			reason = "caller hung up"
-		case <-c.winnerDone():
-			reason = "callee hung up"
-		case job := <-c.transferJobs:
-			growStack()
-			// A REFER (transfer.go): the call goes on if it failed.
-			if c.transfer(job) {
-				return
-			}
-			continue
-		}
-		growStack()
-		c.tearDown(reason)
-		return
-	}
-}
-
 // growStackBy is the stack frame growStack takes: with the few frames
 // below it, the goroutine's stack grows to 16 kB, as deep as a call's
 // tear-down goes (sipgo's transaction and transport layers under the BYEs,
@@ -330,16 +298,9 @@ const growStackBy = 12 << 10
 // that it is kept.
 //
 // Measured at 500 calls/s of 1 s (BenchmarkSIPpCallSetup, three pairs
-// ABAB against the call waiting on its INVITE handler's goroutine): CPU
-// per call +5% without growStack, +1-2.5% with it (records off 940-946
-// against 916-936 µs, on 1084-1096 against 1068-1084). What remains is the
-// runtime's adaptive starting stack (GODEBUG adaptivestackstart): new
-// goroutines start at the average stack the last collection scanned, and
-// the calls' goroutines, waiting with little on their stacks, lower it,
-// so sipgo's goroutine per message and timer grow more often (runtime.
-// morestack 5.3 a call before, 18.7 after, preemptions included: perf
-// uprobes). Waiting without a goroutine per call would keep both the
-// memory and the CPU.
+// ABAB against the call waiting on its INVITE handler's goroutine), when
+// an answered call waited on a goroutine of its own: CPU per call +5%
+// without growStack, +1-2.5% with it. serveEnd's goroutine is as fresh.
 //
 //go:noinline
 func growStack() byte {
@@ -350,14 +311,7 @@ func growStack() byte {
 // growIndex is a load the compiler cannot see through (see growStack).
 var growIndex atomic.Uint32
 
-// transfer runs a REFER's job and reports whether the call is over.
-//
-//go:noinline
-func (c *Call) transfer(job transferJob) bool { return c.runTransfer(job) }
-
 // tearDown hangs up whichever side is still up and finishes the call.
-//
-//go:noinline
 func (c *Call) tearDown(reason string) {
 	c.mu.Lock()
 	byCaller, byLeg := c.byeCaller, c.byeBy
@@ -379,14 +333,13 @@ func (c *Call) tearDown(reason string) {
 	c.finish(calls.CauseAnswered, sip.StatusOK, reason)
 }
 
+// winnerDone is closed when the winner's dialog ends; nil when there is
+// no winner's dialog.
 func (c *Call) winnerDone() <-chan struct{} {
-	c.mu.Lock()
-	w := c.winner
-	c.mu.Unlock()
-	if w == nil || w.dialog == nil {
-		return nil
+	if ctx := c.winnerContext(); ctx != nil {
+		return ctx.Done()
 	}
-	return w.dialog.Context().Done()
+	return nil
 }
 
 func (c *Call) hangupCaller() {

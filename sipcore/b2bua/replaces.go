@@ -71,6 +71,7 @@ func (c *Call) runReplaces(rep string, offer *sdp.Description) {
 	c.m.addDialog(peer.dialogID(), dialogRef{call: c, leg: peer.leg, xfer: x, side: 1})
 	select {
 	case x0.transferJobs <- transferJob{x: x, handoff: old}:
+		x0.wake()
 	default:
 		c.m.addDialog(peer.dialogID(), dialogRef{call: x0, leg: peer.leg})
 		close(x.done)

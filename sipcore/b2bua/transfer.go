@@ -160,6 +160,7 @@ func (m *Manager) handleRefer(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	select {
 	case c.transferJobs <- job:
+		c.wake()
 	default:
 		respond(tx, req, sip.StatusRequestPending, sipcore.Phrase(sip.StatusRequestPending))
 		return
@@ -387,6 +388,7 @@ func (c *Call) attend(x *transfer, job transferJob) int {
 	c.m.addDialog(x.b.dialogID(), dialogRef{call: c, leg: x.b.leg, xfer: x, side: 1})
 	select {
 	case o.transferJobs <- transferJob{x: x, handoff: job.handoff}:
+		o.wake()
 	default:
 		c.m.addDialog(x.b.dialogID(), dialogRef{call: o, leg: x.b.leg})
 		return sip.StatusServiceUnavailable
