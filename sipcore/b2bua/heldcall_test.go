@@ -2,11 +2,14 @@ package b2bua_test
 
 import (
 	"bytes"
+	"context"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"pbx/sipcore/b2bua"
 	"pbx/sipcore/calls"
 )
 
@@ -83,5 +86,81 @@ func TestAnsweredCallLeavesTheInviteHandler(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestHeldCallsEndFromAllSidesAtOnce: held calls are ended by the caller's
+// BYE, the callee's BYE and the API's hang-up at the same moment, each
+// from a goroutine of its own, so that the wake-ups of a call's end (the
+// dialogs' contexts, requestEnd) race with each other and with the
+// goroutine they start (endWait). Every call ends once, with one ended
+// event, and leaves no goroutine behind.
+func TestHeldCallsEndFromAllSidesAtOnce(t *testing.T) {
+	const n = 12
+	e := newEnv(t, envOpts{})
+	alice := e.phone("udp", "alice", "alice-pw")
+	bob := e.phone("udp", "bob", "bob-pw")
+	type held struct {
+		call, in interface {
+			Hangup(ctx context.Context) error
+		}
+	}
+	var hs []held
+	var ids []b2bua.CallID
+	for range n {
+		call, in := answered(t, alice, bob, "102")
+		hs = append(hs, held{call, in})
+	}
+	for _, c := range e.calls.Calls() {
+		ids = append(ids, c.ID)
+	}
+	if len(ids) != n {
+		t.Fatalf("%d live calls, want %d", len(ids), n)
+	}
+	const b2buaPkg = "pbx/sipcore/b2bua."
+	deadline := time.Now().Add(wait)
+	for goroutinesIn(t, b2buaPkg) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("held calls: %d goroutines in the b2bua, want none:\n%s", goroutinesIn(t, b2buaPkg), dumpIn(t, b2buaPkg))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		for _, end := range []func(){
+			func() { _ = h.call.Hangup(ctxT(t)) },
+			func() { _ = h.in.Hangup(ctxT(t)) },
+			func() { _ = e.calls.Hangup(ids[i]) },
+		} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				end()
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	deadline = time.Now().Add(wait)
+	for len(e.calls.Calls()) > 0 || goroutinesIn(t, b2buaPkg) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the hang-ups: %d live calls, %d goroutines in the b2bua:\n%s", len(e.calls.Calls()), goroutinesIn(t, b2buaPkg), dumpIn(t, b2buaPkg))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ended := map[b2bua.CallID]int{}
+	e.rec.mu.Lock()
+	for _, ev := range e.rec.events {
+		if ev.Kind == b2bua.EventEnded {
+			ended[ev.Call.ID]++
+		}
+	}
+	e.rec.mu.Unlock()
+	for _, id := range ids {
+		if ended[id] != 1 {
+			t.Errorf("call %s: %d ended events, want 1", id, ended[id])
+		}
 	}
 }
