@@ -27,6 +27,26 @@ func dumpIn(t *testing.T, fn string) string {
 	return strings.Join(stacksIn(t, fn), "\n\n")
 }
 
+// waitNoGoroutines waits until no goroutine runs the b2bua's code and, with
+// live set, live reports no call.
+func waitNoGoroutines(t *testing.T, what string, live func() int) {
+	t.Helper()
+	const b2bua = "pbx/sipcore/b2bua."
+	calls := func() int {
+		if live == nil {
+			return 0
+		}
+		return live()
+	}
+	deadline := time.Now().Add(wait)
+	for calls() > 0 || goroutinesIn(t, b2bua) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d live calls, %d goroutines in the b2bua, want none:\n%s", what, calls(), goroutinesIn(t, b2bua), dumpIn(t, b2bua))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func stacksIn(t *testing.T, fn string) []string {
 	t.Helper()
 	var b bytes.Buffer
@@ -58,14 +78,7 @@ func TestAnsweredCallLeavesTheInviteHandler(t *testing.T) {
 			alice := e.phone(tr, "alice", "alice-pw")
 			bob := e.phone(tr, "bob", "bob-pw")
 			call, in := answered(t, alice, bob, "102")
-			const b2bua = "pbx/sipcore/b2bua."
-			deadline := time.Now().Add(wait)
-			for goroutinesIn(t, b2bua) > 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("answered call: %d goroutines in the b2bua, want none:\n%s", goroutinesIn(t, b2bua), dumpIn(t, b2bua))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitNoGoroutines(t, "answered call", nil)
 			exchange(t, call.Media(), in.Media(), 20, "a")
 			exchange(t, in.Media(), call.Media(), 20, "b")
 			if err := in.Hangup(ctxT(t)); err != nil {
@@ -78,13 +91,7 @@ func TestAnsweredCallLeavesTheInviteHandler(t *testing.T) {
 			if ev := e.rec.ended(t); ev.Call.Cause != calls.CauseAnswered {
 				t.Fatalf("ended event %+v", ev.Call)
 			}
-			deadline = time.Now().Add(wait)
-			for len(e.calls.Calls()) > 0 || goroutinesIn(t, b2bua) > 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("after the BYE: %d live calls, %d goroutines in the b2bua:\n%s", len(e.calls.Calls()), goroutinesIn(t, b2bua), dumpIn(t, b2bua))
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitNoGoroutines(t, "after the BYE", func() int { return len(e.calls.Calls()) })
 		})
 	}
 }
@@ -117,14 +124,7 @@ func TestHeldCallsEndFromAllSidesAtOnce(t *testing.T) {
 	if len(ids) != n {
 		t.Fatalf("%d live calls, want %d", len(ids), n)
 	}
-	const b2buaPkg = "pbx/sipcore/b2bua."
-	deadline := time.Now().Add(wait)
-	for goroutinesIn(t, b2buaPkg) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("held calls: %d goroutines in the b2bua, want none:\n%s", goroutinesIn(t, b2buaPkg), dumpIn(t, b2buaPkg))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoGoroutines(t, "held calls", nil)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, h := range hs {
@@ -143,13 +143,7 @@ func TestHeldCallsEndFromAllSidesAtOnce(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	deadline = time.Now().Add(wait)
-	for len(e.calls.Calls()) > 0 || goroutinesIn(t, b2buaPkg) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the hang-ups: %d live calls, %d goroutines in the b2bua:\n%s", len(e.calls.Calls()), goroutinesIn(t, b2buaPkg), dumpIn(t, b2buaPkg))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitNoGoroutines(t, "after the hang-ups", func() int { return len(e.calls.Calls()) })
 	ended := map[b2bua.CallID]int{}
 	e.rec.mu.Lock()
 	for _, ev := range e.rec.events {
