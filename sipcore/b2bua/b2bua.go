@@ -79,7 +79,7 @@ type Manager struct {
 	dialogs map[string]dialogRef
 	closed  bool
 
-	wg sync.WaitGroup // call goroutines and background BYEs
+	wg sync.WaitGroup // live calls and background BYEs
 
 	// t1 and t2 pace the retransmission of a 2xx the PBX answers a
 	// re-INVITE with (RFC 3261 section 13.3.1.4), and 64*t1 bounds the
@@ -238,7 +238,8 @@ func (m *Manager) Call(id CallID) (*Call, bool) {
 
 // Hangup ends call id: BYE to both sides (or, before answer, the legs are
 // cancelled and the caller gets 480). It returns at once; the signalling
-// happens in the background on the call's goroutine, which Close waits for.
+// happens in the background, on the goroutine the request wakes (see
+// endWait) once the call is answered; Close waits for the call to end.
 func (m *Manager) Hangup(id CallID) error { return m.End(id, "hangup") }
 
 // End is Hangup with the reason the call record gives.

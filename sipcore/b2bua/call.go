@@ -65,9 +65,9 @@ type Call struct {
 	forkOnce sync.Once
 
 	reinvite sync.Mutex // one re-INVITE at a time
-	// transferJobs hands a REFER's transfer to the call's goroutine
-	// (transfer.go); mediaKept keeps the media open past the end for
-	// an attended transfer's joined party.
+	// transferJobs hands a REFER's transfer to the goroutine that serves
+	// the answered call (transfer.go, endwait.go); mediaKept keeps the
+	// media open past the end for an attended transfer's joined party.
 	transferJobs chan transferJob
 	mediaKept    atomic.Bool
 	done         chan struct{} // closed when the call has ended

@@ -90,8 +90,9 @@
 // initial 2xx waits up to two seconds for that ACK (then 491).
 //
 // Transfer (transfer.go): a REFER (RFC 3515) from either party of an
-// answered call is accepted with 202 and run on the call's goroutine, with
-// NOTIFYs carrying message/sipfrag status lines (100 Trying, 180 Ringing
+// answered call is accepted with 202 and run on the goroutine that serves
+// the call's end and changes (endwait.go), with NOTIFYs carrying
+// message/sipfrag status lines (100 Trying, 180 Ringing
 // when the target rings, then the final status, section 2.4.5; none with
 // Refer-Sub: false, RFC 4488). A blind transfer routes the Refer-To URI
 // through the Router as a call from the transferor (Inbound.Transfer set),
