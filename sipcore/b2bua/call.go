@@ -42,11 +42,9 @@ type Call struct {
 	caller   *sipgo.DialogServerSession
 	callerEP sipcore.Endpoint
 	callerTx sip.ServerTransaction
-	// settleAtEnd, set by fork once the call is answered and up, is what
-	// the call's end leaves to do (see armEnd); wait is how it waits.
-	settleAtEnd func()
-	wait        endWait
-	invite      *sip.Request
+	// wait is how the call, once answered and up, waits for its end.
+	wait   endWait
+	invite *sip.Request
 
 	session    *rtpcore.Session
 	callerLeg  *rtpcore.Leg
@@ -224,10 +222,10 @@ func (m *Manager) handleInvite(req *sip.Request, tx sip.ServerTransaction) {
 	}
 	m.addDialog(c.caller.ID, dialogRef{call: c})
 	c.run(req, src, transport)
-	if c.settleAtEnd != nil {
+	if c.wait.settle != nil {
 		// Answered and up: the call waits for its end with no goroutine
 		// (see endWait), and this handler returns.
-		c.armEnd(c.settleAtEnd)
+		c.armEnd()
 		return
 	}
 	c.ended()

@@ -31,19 +31,20 @@ type endWait struct {
 	// (then it stays set).
 	busy atomic.Bool
 
-	// Set by armEnd, then used by the serving goroutine only.
-	settle     func()          // what the answered call's fork left to do at its end
+	// settle is set by fork once the call is answered and up: what the
+	// call's end leaves it to do (its legs settled). The rest is set by
+	// armEnd; then all is used by the serving goroutine only.
+	settle     func()
 	stopCaller func() bool     // stops the AfterFunc on the caller's dialog
 	winnerCtx  context.Context // the winner's dialog context watched, nil: none
 	stopWinner func() bool
 }
 
-// armEnd makes the answered call wait for its end (see endWait); settle
-// runs once it is torn down, before the call is reported ended. An end
-// that came before is served at once.
-func (c *Call) armEnd(settle func()) {
+// armEnd makes the answered call wait for its end (see endWait); its
+// settle runs once it is torn down, before the call is reported ended. An
+// end that came before is served at once.
+func (c *Call) armEnd() {
 	w := &c.wait
-	w.settle = settle
 	w.stopCaller = context.AfterFunc(c.caller.Context(), c.wakeHere)
 	c.watchWinner()
 	w.armed.Store(true)
@@ -85,7 +86,7 @@ func (c *Call) winnerContext() context.Context {
 // transferJobs now, the fork, sees what came). Call it after sending on
 // endCh or transferJobs.
 func (c *Call) wake() {
-	if c.wait.armed.Load() && c.wait.busy.CompareAndSwap(false, true) {
+	if c.claimEnd() {
 		go c.serveEnd()
 	}
 }
@@ -93,9 +94,15 @@ func (c *Call) wake() {
 // wakeHere is wake on a goroutine of the caller's own (context.AfterFunc
 // starts one for each function it calls): the end is served there.
 func (c *Call) wakeHere() {
-	if c.wait.armed.Load() && c.wait.busy.CompareAndSwap(false, true) {
+	if c.claimEnd() {
 		c.serveEnd()
 	}
+}
+
+// claimEnd reports whether the caller is to serve the call's end: it is
+// armed, and no goroutine serves it.
+func (c *Call) claimEnd() bool {
+	return c.wait.armed.Load() && c.wait.busy.CompareAndSwap(false, true)
 }
 
 // serveEnd takes what woke the call: a transfer runs (the call goes on if

@@ -17,7 +17,7 @@ import (
 // fails. It returns the failure when every leg failed or the ring timer
 // ran out (the caller is not answered yet: place decides, through
 // Target.Next), nil otherwise: the call is over, or it is answered and up,
-// and then c.settleAtEnd is set to what its end leaves to do (handleInvite
+// and then c.wait.settle is set to what its end leaves to do (handleInvite
 // arms the wait for that end: see endWait).
 //
 // An answered call used to wait for its end here, on the INVITE handler's
@@ -42,7 +42,7 @@ func (c *Call) fork(target *Target) *dialFailure {
 		return fail
 	}
 	if c.answer(w, answerSDP) {
-		c.settleAtEnd = settle
+		c.wait.settle = settle
 		return nil
 	}
 	settle()
