@@ -2,7 +2,6 @@ package b2bua_test
 
 import (
 	"bytes"
-	"context"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"pbx/sipcore/b2bua"
 	"pbx/sipcore/calls"
+	"pbx/sipcore/siptest"
 )
 
 // goroutinesIn counts the goroutines whose stack holds a call of fn (its
@@ -107,11 +107,7 @@ func TestHeldCallsEndFromAllSidesAtOnce(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	alice := e.phone("udp", "alice", "alice-pw")
 	bob := e.phone("udp", "bob", "bob-pw")
-	type held struct {
-		call, in interface {
-			Hangup(ctx context.Context) error
-		}
-	}
+	type held struct{ call, in *siptest.Call }
 	var hs []held
 	var ids []b2bua.CallID
 	for range n {
