@@ -189,6 +189,30 @@ import (
 // quarter to a third of the thread), then one recvfrom, one sendto and
 // about two ready-list polls per packet, each on a socket whose lines
 // are cold after 20 ms among thousands.
+//
+// The floor, measured (issue 16's target of half rtpengine's CPU per
+// packet). BenchmarkRelayProcess runs rtpengine and a floor relay between
+// the same phones (PBX_BENCH_RELAY): the floor is one realtime thread
+// with the same pause, one recvfrom and one sendto a packet to a fixed
+// peer and nothing else, the least any relay on these system calls does.
+// 1,000 calls, six sittings in turn on a 2-core VM with retpolines, CPU
+// per packet: rtpengine as shipped 9.63-10.54 µs (median 10.16, jitter
+// p99 29-190 ms), the floor 6.47-7.35 (6.79, 0.67 of rtpengine), this
+// relay 7.56-9.06 (8.23, 0.81; jitter p99 0.5-6.6 ms), this relay with
+// one worker 6.63-8.35 (7.60; 2.1-22 ms). Half of rtpengine's is below
+// the floor's best run. rtpengine realtime there woke once a packet and
+// took the phones' CPU (they sent half their packets), so its figure is
+// not of the same load. Also measured, with a C prototype of the floor
+// and C phones, not kept: io_uring in place of epoll and the two calls
+// (multishot recvmsg into a ring of provided buffers, registered files,
+// the batch's sendmsgs submitted at once, DEFER_TASKRUN) 6.24 6.50 6.91
+// µs against 6.28 6.46 6.16 (it saves the system call entries and fdget
+// and adds its own request and task-work costs); without the pause it
+// was cheaper, 6.54 against 7.42, but the pause does more. Connected
+// sockets (the route cached, no address per send) 5.66 6.46 6.54
+// against 6.25 6.94 6.57, -4%, but a connected socket takes no packet
+// from any other address, so a phone whose NAT moves it could not be
+// latched again.
 
 // relayWait bounds a worker's wait in epoll_wait. The wait is a raw
 // system call on the worker's own thread (see the comment at the top of

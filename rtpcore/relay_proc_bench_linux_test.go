@@ -83,6 +83,13 @@ func TestMain(m *testing.M) {
 // probe standing for the rest of the process (see sideProbe): its
 // round-trip and the GC's stop-the-world p99.
 //
+// PBX_BENCH_RELAY chooses the relay between the phones (see procRelay):
+// engine (the default), floor (the least any relay on the socket API
+// does per packet, at the same priority and pause: what the Engine costs
+// above it is its own) or rtpengine (as make bench-compare runs it,
+// realtime when PBX_RELAY_PRIORITY is, its CPU from /proc), so that the
+// three are measured against the same phones in one sitting.
+//
 // Beside the calls runs a probe (issue 16's side-by-side has one): one
 // more bridged call whose phone sends every PBX_BENCH_PROBE_MS (default
 // 5, four times a call's rate; 0: no probe) one way; its latency, jitter
@@ -110,6 +117,9 @@ func BenchmarkRelayProcess(b *testing.B) {
 		{"", 2000, envInt("PBX_BENCH_HOLD", 5), 1, false},
 		{fmt.Sprintf(",round=%v", slowRound), slowCalls, secs, 1, true},
 	} {
+		if c.slow && os.Getenv("PBX_BENCH_RELAY") == "rtpengine" {
+			continue // the round is the Engine's pause, which rtpengine has not
+		}
 		b.Run(fmt.Sprintf("calls=%d%s", c.calls, c.name), func(b *testing.B) {
 			if c.slow {
 				defer func(p time.Duration) { relayPause = p }(relayPause)
@@ -227,29 +237,17 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		b.Fatalf("phones sent %d ports for %d calls", len(phonePorts), pairs)
 	}
 
-	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1, Priority: procRelayPriority}, nil)
-	if err != nil {
-		b.Fatal(err)
+	phones := make([]int, len(phonePorts))
+	for i, p := range phonePorts {
+		if phones[i], err = strconv.Atoi(p); err != nil {
+			b.Fatal(err)
+		}
 	}
-	defer e.Close()
-	var legPorts []string
-	for i := range pairs {
-		s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		var legs [2]*Leg
-		for j := range legs {
-			if legs[j], err = s.NewLeg(fmt.Sprint(j)); err != nil {
-				b.Fatal(err)
-			}
-			port, _ := strconv.Atoi(phonePorts[2*i+j])
-			legs[j].SetRemote(netip.AddrPortFrom(procPhoneIP, uint16(port)))
-			legPorts = append(legPorts, strconv.Itoa(legs[j].Port()))
-		}
-		if err := s.Bridge(legs[0], legs[1]); err != nil {
-			b.Fatal(err)
-		}
+	relay, ports := startProcRelay(b, phones)
+	defer relay.close()
+	legPorts := make([]string, len(ports))
+	for i, p := range ports {
+		legPorts[i] = strconv.Itoa(p)
 	}
 	if _, err := fmt.Fprintln(toChild, strings.Join(legPorts, " ")); err != nil {
 		b.Fatal(err)
@@ -271,9 +269,9 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 			side.rtt.reset()
 		}
 		gc0 := gcStops()
-		cpu0, sw0 := cpuTime(), switches()
+		cpu0, sw0 := relay.cpu(), relay.switches()
 		time.Sleep(dur)
-		cpu, sw := cpuTime()-cpu0, switches()-sw0
+		cpu, sw := relay.cpu()-cpu0, relay.switches()-sw0
 		fmt.Fprintln(toChild, "stop")
 		var st procPhase
 		if err := json.Unmarshal([]byte(readLine()), &st); err != nil {
@@ -285,14 +283,21 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 			b.Logf("side probe: round trip p99 %v max %v; GC stop-the-world p99 %v", time.Duration(st.SideRTT99),
 				time.Duration(side.rtt.max.Load()), time.Duration(st.GCStop99))
 		}
+		if st.Recvd == 0 {
+			b.Fatalf("%s relayed nothing of %d packets", relay.name(), st.Sent)
+		}
 		if st.Recvd > 0 {
 			st.CPUPerPkt = int64(cpu) / st.Recvd
 			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
 		}
-		b.Logf("%d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
-			calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
+		b.Logf("%s, %d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
+			relay.name(), calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
 			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt,
 			st.ProbeSent, st.ProbeRecvd, time.Duration(st.ProbeLat99), time.Duration(st.ProbeVar99))
+		if offered := int64(2*calls) * int64(dur/(20*time.Millisecond)); st.Sent < offered*95/100 {
+			b.Logf("the phones sent %.0f%% of their %d packets: %s held the CPU they needed, and its figures are not those of the load asked for",
+				100*float64(st.Sent)/float64(offered), offered, relay.name())
+		}
 		cpuSum += st.CPUPerPkt
 		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
 		worst.Sent += st.Sent
