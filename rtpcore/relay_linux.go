@@ -242,6 +242,15 @@ var relayPause time.Duration
 // 1.40 1.26 (median 0.76 against 1.19), CPU per packet 2.86 2.91 3.29
 // 3.35 3.07 3.78 µs against 2.85 3.07 3.10 2.84 3.42 3.30 (median +3%,
 // within the noise); no pause at all: 0.40-0.75 ms at 4.4-4.9 µs.
+// Measured again on a slower VM (retpolines; bench-compare's held calls
+// alone, ABBA three times, 100 µs against 200): at 1,000 calls CPU per
+// packet 7.7 7.5 6.2 against 6.5 7.0 6.3 µs, but against the same run's
+// rtpengine 0.78 0.74 0.74 against 0.65 0.76 0.75, probe jitter p99 1.27
+// 1.11 0.69 against 0.95 1.34 0.89 ms; at 2,000 calls 7.1 6.2 6.6
+// against 6.2 6.5 6.0 µs, jitter 2.42 1.73 1.91 against 2.04 2.25 1.96
+// ms; BenchmarkRelayProcess (1,000 calls, six pairs) 8.45-9.27 against
+// 8.04-8.50 µs, medians -5%. A few percent, inside the drift between
+// runs, against the jitter the quieter machine above showed: left at 100.
 const realtimeGather = 100 * time.Microsecond
 
 // pauseBelow is the batch size from which a worker does not pause: it is
