@@ -34,11 +34,7 @@ func startProcRelay(b *testing.B, phones []int) (procRelay, []int) {
 	case "", "engine":
 		return startEngineRelay(b, phones)
 	case "floor":
-		pause := relayPause
-		if pause == 0 {
-			pause = realtimeGather
-		}
-		r, ports, err := startFloorRelay(procRelayIP, phones, max(pause, 0))
+		r, ports, err := startFloorRelay(procRelayIP, phones)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -108,7 +104,6 @@ type floorRelay struct {
 	fds   []int
 	peers []unix.RawSockaddrInet4
 	ep    int
-	pause time.Duration
 	stop  atomic.Bool
 	done  chan struct{} // nil until run starts
 }
@@ -117,8 +112,8 @@ func (*floorRelay) name() string { return "floor" }
 
 // startFloorRelay binds a socket on ip for each of phones and starts
 // relaying; it returns the sockets' ports.
-func startFloorRelay(ip netip.Addr, phones []int, pause time.Duration) (*floorRelay, []int, error) {
-	r := &floorRelay{pause: pause}
+func startFloorRelay(ip netip.Addr, phones []int) (*floorRelay, []int, error) {
+	r := &floorRelay{}
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, nil, err
@@ -151,11 +146,12 @@ func startFloorRelay(ip netip.Addr, phones []int, pause time.Duration) (*floorRe
 func (r *floorRelay) run() {
 	runtime.LockOSThread() // never unlocked: the thread ends with its priority
 	defer close(r.done)
-	_, _ = setThreadPriority(procRelayPriority)
+	got, _ := setThreadPriority(procRelayPriority)
+	pause := pauseFor(got)
 	var evs [maxEvents]unix.EpollEvent
 	var buf [maxPacket]byte
 	var from unix.RawSockaddrAny
-	ts := unix.NsecToTimespec(int64(r.pause))
+	ts := unix.NsecToTimespec(int64(pause))
 	for !r.stop.Load() {
 		n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(r.ep), uintptr(unsafe.Pointer(&evs[0])), maxEvents, 10, 0, 0)
 		if e != 0 {
@@ -173,7 +169,7 @@ func (r *floorRelay) run() {
 			syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(r.fds[o]), uintptr(unsafe.Pointer(&buf[0])), got,
 				unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&r.peers[o])), unix.SizeofSockaddrInet4)
 		}
-		if r.pause > 0 && n < pauseBelow {
+		if pause > 0 && n < pauseBelow {
 			syscall.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
 		}
 	}

@@ -406,10 +406,16 @@ func (w *worker) setPriority() time.Duration {
 		w.log.Info("rtp relay: thread priority refused by the host; allow it with systemd's LimitRTPRIO= (realtime) or LimitNICE= (high)",
 			"asked", w.e.priority.String(), "got", got.String(), "err", err)
 	}
+	return pauseFor(got)
+}
+
+// pauseFor is the pause after a small batch of a relay thread running at
+// priority p (see relayPause).
+func pauseFor(p Priority) time.Duration {
 	switch {
 	case relayPause != 0:
 		return max(relayPause, 0)
-	case got == PriorityRealtime:
+	case p == PriorityRealtime:
 		return realtimeGather
 	}
 	return 0
