@@ -6,10 +6,8 @@ import (
 	"os"
 	"runtime"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,27 +66,31 @@ func startEngineRelay(b *testing.B, phones []int) (procRelay, []int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Close()
+		}
+	}()
 	ports := make([]int, 0, len(phones))
 	for i := 0; i+1 < len(phones); i += 2 {
 		s, err := e.NewSession(SessionOptions{ID: fmt.Sprint(i / 2)})
 		if err != nil {
-			e.Close()
 			b.Fatal(err)
 		}
 		var legs [2]*Leg
 		for j := range legs {
 			if legs[j], err = s.NewLeg(fmt.Sprint(j)); err != nil {
-				e.Close()
 				b.Fatal(err)
 			}
 			legs[j].SetRemote(netip.AddrPortFrom(procPhoneIP, uint16(phones[i+j])))
 			ports = append(ports, legs[j].Port())
 		}
 		if err := s.Bridge(legs[0], legs[1]); err != nil {
-			e.Close()
 			b.Fatal(err)
 		}
 	}
+	ok = true
 	return engineRelay{e: e}, ports
 }
 
@@ -101,8 +103,8 @@ func startEngineRelay(b *testing.B, phones []int) (procRelay, []int) {
 // calls gets under.
 type floorRelay struct {
 	selfRelay
-	fds   []int
-	peers []unix.RawSockaddrInet4
+	socks []*sock
+	peers []rawDest // peers[i]: phone i
 	ep    int
 	stop  atomic.Bool
 	done  chan struct{} // nil until run starts
@@ -126,51 +128,43 @@ func startFloorRelay(ip netip.Addr, phones []int) (*floorRelay, []int, error) {
 			r.close()
 			return nil, nil, err
 		}
-		r.fds = append(r.fds, s.fd)
+		r.socks = append(r.socks, s)
 		ports[i] = int(s.local.Port())
 		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)}
 		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
 			r.close()
 			return nil, nil, err
 		}
-		sa := unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: procPhoneIP.As4()}
-		pb := (*[2]byte)(unsafe.Pointer(&sa.Port))
-		pb[0], pb[1] = byte(p>>8), byte(p)
-		r.peers = append(r.peers, sa)
+		r.peers = append(r.peers, s.rawDest(netip.AddrPortFrom(procPhoneIP, uint16(p))))
 	}
 	r.done = make(chan struct{})
 	go r.run()
 	return r, ports, nil
 }
 
+// run relays with the Engine's own system calls (epollWait, recvOne,
+// send, pause) and nothing between them.
 func (r *floorRelay) run() {
 	runtime.LockOSThread() // never unlocked: the thread ends with its priority
 	defer close(r.done)
 	got, _ := setThreadPriority(procRelayPriority)
-	pause := pauseFor(got)
-	var evs [maxEvents]unix.EpollEvent
-	var buf [maxPacket]byte
-	var from unix.RawSockaddrAny
-	ts := unix.NsecToTimespec(int64(pause))
+	gather := pauseFor(got)
+	events := make([]unix.EpollEvent, maxEvents)
+	var rx rxBatch
 	for !r.stop.Load() {
-		n, _, e := syscall.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(r.ep), uintptr(unsafe.Pointer(&evs[0])), maxEvents, 10, 0, 0)
-		if e != 0 {
+		n, err := epollWait(r.ep, events, relayWait)
+		if err != nil {
 			continue
 		}
-		for _, ev := range evs[:n] {
+		for _, ev := range events[:n] {
 			i := int(ev.Fd)
-			fromLen := uint32(unix.SizeofSockaddrAny)
-			got, _, e := syscall.RawSyscall6(unix.SYS_RECVFROM, uintptr(r.fds[i]), uintptr(unsafe.Pointer(&buf[0])), maxPacket,
-				unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&from)), uintptr(unsafe.Pointer(&fromLen)))
-			if e != 0 {
-				continue
+			if k, _ := r.socks[i].recvOne(&rx); k == 1 {
+				pkt, _ := rx.packet(0)
+				_ = r.socks[i^1].send(pkt, &r.peers[i^1])
 			}
-			o := i ^ 1
-			syscall.RawSyscall6(unix.SYS_SENDTO, uintptr(r.fds[o]), uintptr(unsafe.Pointer(&buf[0])), got,
-				unix.MSG_DONTWAIT, uintptr(unsafe.Pointer(&r.peers[o])), unix.SizeofSockaddrInet4)
 		}
-		if pause > 0 && n < pauseBelow {
-			syscall.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+		if gather > 0 && n < pauseBelow {
+			pause(gather)
 		}
 	}
 }
@@ -179,8 +173,8 @@ func (r *floorRelay) close() {
 	if r.done != nil && r.stop.CompareAndSwap(false, true) {
 		<-r.done
 	}
-	for _, fd := range r.fds {
-		unix.Close(fd)
+	for _, s := range r.socks {
+		s.close()
 	}
 	unix.Close(r.ep)
 }

@@ -286,10 +286,8 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		if st.Recvd == 0 {
 			b.Fatalf("%s relayed nothing of %d packets", relay.name(), st.Sent)
 		}
-		if st.Recvd > 0 {
-			st.CPUPerPkt = int64(cpu) / st.Recvd
-			st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
-		}
+		st.CPUPerPkt = int64(cpu) / st.Recvd
+		st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
 		b.Logf("%s, %d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
 			relay.name(), calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
 			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt,
