@@ -180,3 +180,43 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// TestRelayKeepsMainThread starts engines one after another and checks
+// that no relay worker ever runs on the process's main thread, and that
+// the main thread keeps the scheduling it started with: a worker's
+// goroutine first run there (about one start in two) hands itself to
+// another thread.
+func TestRelayKeepsMainThread(t *testing.T) {
+	pid := os.Getpid()
+	start := threadSched(t, pid)
+	for i := range 20 {
+		e, err := New(Options{BindIP: procRelayIP, PortMin: 41000, PortMax: 41100, Quarantine: -1, Priority: PriorityRealtime}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := e.NewSession(SessionOptions{ID: "main-thread"})
+		if err != nil {
+			e.Close()
+			t.Fatal(err)
+		}
+		if _, err := s.NewLeg("a"); err != nil {
+			e.Close()
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for _, w := range e.io.workers {
+			for w.tid.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if tid := int(w.tid.Load()); tid == 0 {
+				t.Errorf("engine %d: a relay worker did not start", i)
+			} else if tid == pid {
+				t.Errorf("engine %d: a relay worker runs on the main thread", i)
+			}
+		}
+		if got := threadSched(t, pid); got != start {
+			t.Errorf("engine %d: main thread %s, started %s", i, got, start)
+		}
+		e.Close()
+	}
+}

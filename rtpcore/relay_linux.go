@@ -364,10 +364,14 @@ func (w *worker) close() {
 // reported again by the next wait, so a busy socket cannot starve the
 // others.
 func (w *worker) run() {
-	defer close(w.done)
-	// Never unlocked: the thread ends with the worker, and its priority
-	// with it.
+	// Never unlocked but on the main thread (see holdMainThread): the
+	// thread ends with the worker, and its priority with it.
 	runtime.LockOSThread()
+	if unix.Gettid() == unix.Getpid() {
+		w.holdMainThread()
+		return
+	}
+	defer close(w.done)
 	gather := w.setPriority()
 	w.tid.Store(int32(unix.Gettid()))
 	busy := time.Now() // the last batch
@@ -396,6 +400,22 @@ func (w *worker) run() {
 			pause(gather)
 		}
 	}
+}
+
+// holdMainThread keeps the process's main thread, on which the worker's
+// goroutine was first run, away from the worker: the worker runs on a
+// goroutine of its own while this one, locked to the main thread, waits
+// for it to end. The main thread (its id the process's) stands for the
+// process in ps, top, chrt and systemd, and takes the signals sent to the
+// process: given the worker's priority, ps and chrt showed the whole PBX
+// as realtime, and a worker that stopped there would leave the main thread
+// wedged (the runtime never ends it). It happened in 7 of 17 bin/pbx
+// processes of make bench-compare, where the first call starts the
+// workers, and in every run of TestRelayKeepsMainThread.
+func (w *worker) holdMainThread() {
+	go w.run() // cannot run here: this thread is locked to this goroutine
+	<-w.done
+	runtime.UnlockOSThread()
 }
 
 // setPriority gives the worker's thread its priority and returns the
