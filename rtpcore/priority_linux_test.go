@@ -184,8 +184,8 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // TestRelayKeepsMainThread starts engines one after another and checks
 // that no relay worker ever runs on the process's main thread, and that
 // the main thread keeps the scheduling it started with: a worker's
-// goroutine first run there (about one start in two) hands itself to
-// another thread.
+// goroutine first run there (the first engine's, in every run before
+// holdMainThread) hands itself to another thread.
 func TestRelayKeepsMainThread(t *testing.T) {
 	pid := os.Getpid()
 	start := threadSched(t, pid)

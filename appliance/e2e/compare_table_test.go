@@ -141,8 +141,9 @@ func heldHighRow(cfg compareConfig, k, p *compareResult) compareRow {
 	return row
 }
 
-// heldProbeVerdict is probeVerdict of the probe beside calls held calls,
-// saying so when the packets relayed fell short of what the calls carry:
+// heldProbeVerdict is the verdict on h's probe, beside the given number
+// of held calls, and says when the packets relayed fell short of what
+// those calls carry:
 // on a small host the phones share the relay's cores (on 2 cores, 64% of
 // 2,000 calls' packets for the PBX and 75% for rtpengine in one run, 71%
 // and 87% of 1,000 calls' in another), and the jitter is then of an
