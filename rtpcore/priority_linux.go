@@ -3,6 +3,7 @@ package rtpcore
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,9 +23,10 @@ const highNice = -10
 // LimitNICE=). It returns the priority the thread got and, when that is
 // under p, why.
 //
-// The thread must be locked to its goroutine for life: the runtime then
-// starts new threads from its template thread, never by cloning this one,
-// so no other thread of the process inherits the priority.
+// The thread must be locked to its goroutine for life (goLockedThread):
+// the runtime then starts new threads from its template thread, never by
+// cloning this one, so no other thread of the process inherits the
+// priority.
 func setThreadPriority(p Priority) (Priority, error) {
 	var refused error
 	if p >= PriorityRealtime {
@@ -50,4 +52,33 @@ func setThreadPriority(p Priority) (Priority, error) {
 		refused = errors.Join(refused, fmt.Errorf("nice %d: %w", highNice, err))
 	}
 	return PriorityNormal, refused
+}
+
+// goLockedThread runs f on a new goroutine locked to a thread for life,
+// as setThreadPriority needs: the thread ends with f, and its priority
+// with it. Never the process's main thread: when the goroutine is first
+// run there, it keeps that thread locked and idle and runs f on another
+// goroutine, which then cannot land there, until f returns. The main
+// thread (its id the process's) stands for the process in ps, top, chrt
+// and systemd, and takes the signals sent to the process: given a relay
+// worker's priority, ps and chrt showed the whole PBX as realtime, and a
+// worker that stopped there would leave the main thread wedged (the
+// runtime never ends it). It happened in 7 of 17 bin/pbx processes of
+// make bench-compare, where the first call starts the workers, and in
+// every run of TestRelayKeepsMainThread.
+func goLockedThread(f func()) {
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			f() // never unlocked
+			return
+		}
+		done := make(chan struct{})
+		goLockedThread(func() {
+			defer close(done)
+			f()
+		})
+		<-done
+		runtime.UnlockOSThread()
+	}()
 }

@@ -185,7 +185,7 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 // that no relay worker ever runs on the process's main thread, and that
 // the main thread keeps the scheduling it started with: a worker's
 // goroutine first run there (the first engine's, in every run before
-// holdMainThread) hands itself to another thread.
+// goLockedThread kept it off) hands itself to another thread.
 func TestRelayKeepsMainThread(t *testing.T) {
 	pid := os.Getpid()
 	start := threadSched(t, pid)

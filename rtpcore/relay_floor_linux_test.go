@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,14 +137,13 @@ func startFloorRelay(ip netip.Addr, phones []int) (*floorRelay, []int, error) {
 		r.peers = append(r.peers, s.rawDest(netip.AddrPortFrom(procPhoneIP, uint16(p))))
 	}
 	r.done = make(chan struct{})
-	go r.run()
+	goLockedThread(r.run)
 	return r, ports, nil
 }
 
 // run relays with the Engine's own system calls (epollWait, recvOne,
 // send, pause) and nothing between them.
 func (r *floorRelay) run() {
-	runtime.LockOSThread() // never unlocked: the thread ends with its priority
 	defer close(r.done)
 	got, _ := setThreadPriority(procRelayPriority)
 	gather := pauseFor(got)

@@ -16,7 +16,7 @@ import (
 
 // On Linux the relay is a few workers, each with its own epoll set
 // holding the sockets of the legs given to it, and a thread of its own
-// (runtime.LockOSThread) that waits in epoll_wait on that set as a raw
+// (goLockedThread) that waits in epoll_wait on that set as a raw
 // system call, bounded by relayWait. Once woken it reads every ready
 // socket, one datagram each (a leg's socket holds one packet per 20 ms;
 // one that has fallen behind, up to rxBatchLen: see rxBatch.read), and
@@ -359,18 +359,11 @@ func (w *worker) close() {
 }
 
 // run serves the epoll set until the worker is stopped, on a thread of
-// its own that waits in epoll_wait (see the comment at the top of the
+// its own (goLockedThread) that waits in epoll_wait (see the comment at the top of the
 // file). Sockets are level-triggered: one with more datagrams queued is
 // reported again by the next wait, so a busy socket cannot starve the
 // others.
 func (w *worker) run() {
-	// Never unlocked but on the main thread (see holdMainThread): the
-	// thread ends with the worker, and its priority with it.
-	runtime.LockOSThread()
-	if unix.Gettid() == unix.Getpid() {
-		w.holdMainThread()
-		return
-	}
 	defer close(w.done)
 	gather := w.setPriority()
 	w.tid.Store(int32(unix.Gettid()))
@@ -400,22 +393,6 @@ func (w *worker) run() {
 			pause(gather)
 		}
 	}
-}
-
-// holdMainThread keeps the process's main thread, on which the worker's
-// goroutine was first run, away from the worker: the worker runs on a
-// goroutine of its own while this one, locked to the main thread, waits
-// for it to end. The main thread (its id the process's) stands for the
-// process in ps, top, chrt and systemd, and takes the signals sent to the
-// process: given the worker's priority, ps and chrt showed the whole PBX
-// as realtime, and a worker that stopped there would leave the main thread
-// wedged (the runtime never ends it). It happened in 7 of 17 bin/pbx
-// processes of make bench-compare, where the first call starts the
-// workers, and in every run of TestRelayKeepsMainThread.
-func (w *worker) holdMainThread() {
-	go w.run() // cannot run here: this thread is locked to this goroutine
-	<-w.done
-	runtime.UnlockOSThread()
 }
 
 // setPriority gives the worker's thread its priority and returns the
@@ -660,7 +637,7 @@ func (e *Engine) worker() (*worker, error) {
 		}
 		reserveProcs(n)
 		for _, w := range ws {
-			go w.run()
+			goLockedThread(w.run)
 		}
 		e.io.workers = ws
 	}
