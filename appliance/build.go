@@ -191,7 +191,7 @@ func newMedia(sys *config.System, log *slog.Logger) (*rtpcore.Engine, error) {
 		return nil, err // validation lets only the three names through
 	}
 	mediaOpts := rtpcore.Options{BindIP: mediaBindIP(sys.SIP.Transports), PortMin: sys.Media.RTPPortMin, PortMax: sys.Media.RTPPortMax,
-		Quarantine: sys.Media.PortQuarantine.D(), Priority: prio}
+		Quarantine: sys.Media.PortQuarantine.D(), Priority: prio, KernelForwarding: sys.Media.KernelForwarding}
 	mediaOpts.MaxPorts = boundMediaPorts(sys.Media.RTPPortMin, sys.Media.RTPPortMax, log)
 	if mediaOpts.Quarantine == 0 {
 		mediaOpts.Quarantine = -1 // 0s in the configuration: no rest at all

@@ -55,6 +55,17 @@ type Options struct {
 	// Priority schedules the relay's threads against the host's other
 	// programs (Linux only; see Priority). Zero is PriorityNormal.
 	Priority Priority
+	// KernelForwarding moves each settled direction of a bridged call
+	// (latched, nothing tapping or injecting) into the kernel: a tc
+	// program on the interfaces' ingress rewrites its datagrams toward
+	// the other far end, and the relay sees none of them (Linux, with
+	// CAP_BPF and CAP_NET_ADMIN; where loading fails, the relay logs why
+	// and forwards every packet itself).
+	KernelForwarding bool
+	// KernelInterfaces names the interfaces whose ingress the kernel
+	// forwarding watches; empty: every loopback or Ethernet interface up
+	// at start.
+	KernelInterfaces []string
 }
 
 // Engine owns the port pool and every media session of the process.
@@ -69,7 +80,8 @@ type Engine struct {
 	priority  Priority
 	epoch     time.Time
 
-	io engineIO // the relay's readers, see relay_linux.go
+	io   engineIO     // the relay's readers, see relay_linux.go
+	kern *kernelRelay // nil: the relay forwards every packet (see Options.KernelForwarding)
 
 	mu       sync.Mutex
 	sessions map[*Session]struct{}
@@ -110,7 +122,7 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 	if rq <= 0 {
 		rq = DefaultRelatchSilence
 	}
-	return &Engine{
+	e := &Engine{
 		log:       log,
 		pool:      pool,
 		bindIP:    bind,
@@ -121,7 +133,9 @@ func New(opts Options, log *slog.Logger) (*Engine, error) {
 		priority:  opts.Priority,
 		epoch:     time.Now(),
 		sessions:  make(map[*Session]struct{}),
-	}, nil
+	}
+	e.startKernel(opts)
+	return e, nil
 }
 
 // AdvertisedAddr is the address to put in SDP c= lines.
@@ -182,6 +196,7 @@ func (e *Engine) Close() error {
 		_ = s.Close()
 	}
 	e.stopIO()
+	e.stopKernel()
 	return e.pool.Close()
 }
 

@@ -36,6 +36,7 @@ func (l *Leg) Inject(pt uint8) (*Injection, error) {
 	if !l.inj.CompareAndSwap(nil, inj) {
 		return nil, ErrInjecting
 	}
+	l.resetOffload() // the peer's packets toward l are to be replaced
 	l.resumeInjecting()
 	return inj, nil
 }

@@ -84,6 +84,8 @@ type Leg struct {
 
 	closing   atomic.Bool
 	closeOnce sync.Once
+
+	ko offloadState // see Options.KernelForwarding
 }
 
 // dest is a leg's target: the far end's address and its kernel form for
@@ -134,8 +136,8 @@ func (l *Leg) AdvertisedAddr() netip.AddrPort {
 // SetClockRate sets the RTP clock rate used for jitter and injection
 // timestamps; the default is 8000.
 func (l *Leg) SetClockRate(hz uint32) {
-	if hz > 0 {
-		l.clockRate.Store(hz)
+	if hz > 0 && l.clockRate.Swap(hz) != hz {
+		l.resetOffload()
 	}
 }
 
@@ -148,7 +150,9 @@ func (l *Leg) SetTelephoneEventPT(pt int) {
 	if pt < 0 || pt > 127 {
 		pt = -1
 	}
-	l.tePT.Store(int32(pt))
+	if l.tePT.Swap(int32(pt)) != int32(pt) {
+		l.resetOffload()
+	}
 }
 
 // teNone marks a leg whose SDP has no telephone-event.
@@ -156,7 +160,11 @@ const teNone = -2
 
 // SetNoTelephoneEvent records that the leg's SDP has no telephone-event:
 // telephone-event packets are not relayed toward it.
-func (l *Leg) SetNoTelephoneEvent() { l.tePT.Store(teNone) }
+func (l *Leg) SetNoTelephoneEvent() {
+	if l.tePT.Swap(teNone) != teNone {
+		l.resetOffload()
+	}
+}
 
 // TelephoneEventPT returns the leg's telephone-event payload type, or -1
 // (none, or unknown).
@@ -167,11 +175,19 @@ func (l *Leg) TelephoneEventPT() int { return int(max(l.tePT.Load(), -1)) }
 // (a session refresh) keeps the latched one. An unspecified address or
 // port 0 (old-style hold) stops sending until packets arrive.
 func (l *Leg) SetRemote(ap netip.AddrPort) {
+	if l.setRemote(ap) {
+		l.resetOffload()
+	}
+}
+
+// setRemote is SetRemote but for the kernel forwarding; it reports
+// whether the address changed.
+func (l *Leg) setRemote(ap netip.AddrPort) bool {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ap == l.sdpRemote && l.target.Load() != nil {
-		return
+		return false
 	}
 	l.sdpRemote = ap
 	l.latched = false
@@ -181,13 +197,14 @@ func (l *Leg) SetRemote(ap netip.AddrPort) {
 	if ap.Addr().IsUnspecified() || ap.Port() == 0 || !ap.IsValid() {
 		l.target.Store(nil)
 		l.rtcpTarget.Store(nil)
-		return
+		return true
 	}
 	l.target.Store(l.newDest(ap))
 	if ap.Port() < 65535 {
 		rt := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
 		l.rtcpTarget.Store(&rt)
 	}
+	return true
 }
 
 // Remote is where packets for the far end are sent now: the latched
@@ -231,6 +248,7 @@ func Bridge(a, b *Leg) error {
 
 // Unbridge stops relaying between l and its peer.
 func (l *Leg) Unbridge() {
+	l.resetOffload()
 	p := l.peer.Swap(nil)
 	if p != nil {
 		p.peer.CompareAndSwap(l, nil)
@@ -274,18 +292,32 @@ func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64
 		l.mu.Unlock()
 		return
 	}
+	before := l.target.Load()
 	if !l.latch(src, mono) {
 		l.strays++
 		l.mu.Unlock()
 		return
+	}
+	moved := l.target.Load() != before
+	from := l.tePT.Load()
+	media := !isRTCP && (from < 0 || int32(h.PayloadType) != from)
+	if media && !moved && l.offloaded() {
+		// The kernel turned this one away, or it was queued before the
+		// direction moved in: fold the kernel's part of the stream in
+		// before counting it.
+		l.mu.Unlock()
+		l.takeBack()
+		l.mu.Lock()
 	}
 	if !isRTCP {
 		l.in.update(&h, len(pkt), mono, l.clockRate.Load())
 	}
 	l.mu.Unlock()
 	l.lastPacket.Store(mono)
+	if moved && before != nil {
+		l.resetOffload() // the far end moved: both directions' rules are stale
+	}
 
-	from := l.tePT.Load()
 	if !isRTCP {
 		l.showIn(&h, pkt, now, from)
 	}
@@ -312,6 +344,9 @@ func (l *Leg) handleAt(pkt []byte, src netip.AddrPort, now time.Time, mono int64
 	}
 	if !peer.send(pkt, true) {
 		return
+	}
+	if media {
+		l.relayedMedia(peer)
 	}
 	if taps := peer.outTaps.Load(); taps != nil && !isRTCP {
 		p := &l.scratch
@@ -444,9 +479,11 @@ func (l *Leg) Stats() LegStats {
 	st.Jitter = l.in.jitterDuration(l.clockRate.Load())
 	st.Malformed = l.malformed
 	st.Strays = l.strays
+	in := l.in
 	l.mu.Unlock()
 	if m := l.lastPacket.Load(); m != 0 {
 		st.LastPacket = l.sess.e.epoch.Add(time.Duration(m))
 	}
+	l.addKernel(&st, in)
 	return st
 }

@@ -55,13 +55,19 @@ type engineRelay struct {
 	e *Engine
 }
 
-func (engineRelay) name() string { return "engine" }
-func (r engineRelay) close()     { r.e.Close() }
+func (r engineRelay) name() string {
+	if on, _ := r.e.KernelForwarding(); on {
+		return "engine+kernel"
+	}
+	return "engine"
+}
+func (r engineRelay) close() { r.e.Close() }
 
 // startEngineRelay bridges each pair of phones through a session of an
 // Engine.
 func startEngineRelay(b *testing.B, phones []int) (procRelay, []int) {
-	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1, Priority: procRelayPriority}, nil)
+	e, err := New(Options{BindIP: procRelayIP, PortMin: 20000, PortMax: 40000, Quarantine: -1, Priority: procRelayPriority,
+		KernelForwarding: os.Getenv("PBX_RELAY_KERNEL") == "1"}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

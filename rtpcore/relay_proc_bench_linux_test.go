@@ -69,7 +69,10 @@ func TestMain(m *testing.M) {
 // Sub-benchmarks: calls=1000 measures PBX_BENCH_ROUNDS phases (default 2)
 // of PBX_BENCH_SECONDS (default 5); calls=2000 holds one phase of
 // PBX_BENCH_HOLD seconds (default 5; the figure is 60).
-// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_PRIORITY sets the workers'
+// PBX_BENCH_CALLS replaces the 1,000; PBX_RELAY_KERNEL=1 turns the
+// Engine's kernel forwarding on (Options.KernelForwarding: its own CPU is
+// then near nothing, and host-cpu-µs/pkt, every CPU's busy time per packet,
+// the phones' included, is the figure to compare); PBX_RELAY_PRIORITY sets the workers'
 // thread priority (normal, high or realtime: see Priority; normal by
 // default), PBX_RELAY_PAUSE_US their pause after
 // a small batch (see relayPause), PBX_RELAY_WORKERS their number (see
@@ -130,6 +133,7 @@ func BenchmarkRelayProcess(b *testing.B) {
 				sum = runRelayProcess(b, c.calls, time.Duration(c.secs)*time.Second, c.rounds)
 			}
 			b.ReportMetric(float64(sum.CPUPerPkt)/1e3, "cpu-µs/pkt")
+			b.ReportMetric(float64(sum.HostPerPkt)/1e3, "host-cpu-µs/pkt")
 			b.ReportMetric(sum.SwitchPerPkt, "switches/pkt")
 			b.ReportMetric(sum.lossPct(), "loss-%")
 			b.ReportMetric(float64(sum.Var99)/1e3, "jitter-p99-µs")
@@ -167,6 +171,7 @@ type procPhase struct {
 	Var99        int64
 	Max          int64
 	CPUPerPkt    int64   // the relaying process's CPU per packet relayed
+	HostPerPkt   int64   // every CPU's busy time per packet relayed, the phones' included
 	SwitchPerPkt float64 // its context switches per packet relayed
 	SideRTT99    int64   // p99 of the side probe's round trips (PBX_BENCH_SIDE)
 	GCStop99     int64   // p99 of the time the runtime took to stop the world for GC
@@ -262,16 +267,16 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 	time.Sleep(time.Second) // the phones start; the first phase needs them steady
 
 	var worst procPhase
-	var cpuSum int64
+	var cpuSum, hostSum int64
 	for round := range rounds {
 		fmt.Fprintln(toChild, "start")
 		if side != nil {
 			side.rtt.reset()
 		}
 		gc0 := gcStops()
-		cpu0, sw0 := relay.cpu(), relay.switches()
+		cpu0, sw0, host0 := relay.cpu(), relay.switches(), hostBusy()
 		time.Sleep(dur)
-		cpu, sw := relay.cpu()-cpu0, relay.switches()-sw0
+		cpu, sw, host := relay.cpu()-cpu0, relay.switches()-sw0, hostBusy()-host0
 		fmt.Fprintln(toChild, "stop")
 		var st procPhase
 		if err := json.Unmarshal([]byte(readLine()), &st); err != nil {
@@ -287,16 +292,18 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 			b.Fatalf("%s relayed nothing of %d packets", relay.name(), st.Sent)
 		}
 		st.CPUPerPkt = int64(cpu) / st.Recvd
+		st.HostPerPkt = int64(host) / st.Recvd
 		st.SwitchPerPkt = float64(sw) / float64(st.Recvd)
-		b.Logf("%s, %d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt, %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
+		b.Logf("%s, %d calls, phase %d of %v (%d raw UDP sockets on the host): %d pkts sent %d relayed (loss %.4f%%), latency p50 %v p99 %v max %v, jitter p99 %v, cpu %v/pkt (host %v/pkt), %.3f context switches/pkt; probe %d sent %d relayed, latency p99 %v, jitter p99 %v",
 			relay.name(), calls, round, dur, rawUDPSockets(), st.Sent, st.Recvd, st.lossPct(), time.Duration(st.Lat50), time.Duration(st.Lat99),
-			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), st.SwitchPerPkt,
+			time.Duration(st.Max), time.Duration(st.Var99), time.Duration(st.CPUPerPkt), time.Duration(st.HostPerPkt), st.SwitchPerPkt,
 			st.ProbeSent, st.ProbeRecvd, time.Duration(st.ProbeLat99), time.Duration(st.ProbeVar99))
 		if offered := int64(2*calls) * int64(dur/(20*time.Millisecond)); st.Sent < offered*95/100 {
 			b.Logf("the phones sent %.0f%% of their %d packets: %s held the CPU they needed, and its figures are not those of the load asked for",
 				100*float64(st.Sent)/float64(offered), offered, relay.name())
 		}
 		cpuSum += st.CPUPerPkt
+		hostSum += st.HostPerPkt
 		worst.SwitchPerPkt += st.SwitchPerPkt / float64(rounds)
 		worst.Sent += st.Sent
 		worst.Recvd += st.Recvd
@@ -312,7 +319,30 @@ func runRelayProcess(b *testing.B, calls int, dur time.Duration, rounds int) pro
 		worst.ProbeVar99 = max(worst.ProbeVar99, st.ProbeVar99)
 	}
 	worst.CPUPerPkt = cpuSum / int64(rounds)
+	worst.HostPerPkt = hostSum / int64(rounds)
 	return worst
+}
+
+// hostBusy is the time every CPU of the host has been busy so far (user,
+// system, interrupts, steal: /proc/stat), whoever it was for: a relay in
+// the kernel does its work in the sending phone's system calls, where the
+// relaying process's own CPU does not see it.
+func hostBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait; guest time is in user already
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ
 }
 
 // rawUDPSockets is how many raw IPv4 UDP sockets the host has: the kernel

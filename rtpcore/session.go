@@ -152,7 +152,7 @@ func (s *Session) Idle() time.Duration {
 func (s *Session) lastMono() int64 {
 	last := s.last
 	for _, l := range s.legs {
-		last = max(last, l.lastPacket.Load())
+		last = max(last, l.lastMono())
 	}
 	return last
 }

@@ -148,6 +148,9 @@ func (l *Leg) storeTaps(all []*tapEntry) {
 	storeList(&l.taps, in)
 	storeList(&l.eventTaps, events)
 	storeList(&l.outTaps, out)
+	if len(in) > 0 || len(out) > 0 || len(events) > 0 && l.tePT.Load() < 0 {
+		l.resetOffload() // the tap needs the packets in the relay
+	}
 }
 
 // storeList publishes list in p, nil when it is empty.

@@ -151,6 +151,14 @@ type Media struct {
 	// falling back to high, then normal, where the host refuses it). Not
 	// in the specification's table: a pbx extension.
 	RelayPriority string `yaml:"relayPriority"`
+	// KernelForwarding moves each settled direction of a call's media
+	// (latched, not recorded, no music or prompt playing into it) into
+	// the kernel: a tc program rewrites its datagrams toward the other
+	// far end, so the relay reads and sends none of them, as rtpengine's
+	// kernel module does. It needs CAP_BPF and CAP_NET_ADMIN; without
+	// them the relay logs why and forwards every packet itself. Not in
+	// the specification's table: a pbx extension.
+	KernelForwarding bool `yaml:"kernelForwarding"`
 }
 
 // MOH is a music-on-hold block (System or Tenant).
