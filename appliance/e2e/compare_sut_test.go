@@ -130,6 +130,12 @@ spec: {did: "%s", destination: {type: extension, target: "101"}}
 `, strings.TrimPrefix(d.Number, "+"), d.Number)
 	}
 	cfg := pbxConfig{Extra: extra, LogLevel: "info", NoCDR: !records, RTPMin: benchRTPMin, RTPMax: benchRTPMax, APIPort: freePort(b)}
+	if os.Getenv("PBX_COMPARE_KERNEL") != "0" {
+		// Settled directions forwarded in the kernel, as rtpengine's
+		// kernel module would; the table's host CPU per packet counts
+		// what the kernel then does in the phones' system calls.
+		cfg.Media = "    kernelForwarding: true\n"
+	}
 	p := startPBX(b, cfg)
 	pid := p.cmd.Process.Pid
 	name := "pbx"

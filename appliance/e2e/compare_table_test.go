@@ -354,6 +354,9 @@ func packetCell(h heldCalls, relay string) string {
 	if h.cpuPerPacket == 0 {
 		return verdictNone
 	}
+	if h.hostPerPacket > 0 {
+		return fmt.Sprintf("%s (%s, %.0f packets/s; host %s)", usCell(h.cpuPerPacket), relay, h.packetsPerS, usCell(h.hostPerPacket))
+	}
 	return fmt.Sprintf("%s (%s, %.0f packets/s)", usCell(h.cpuPerPacket), relay, h.packetsPerS)
 }
 

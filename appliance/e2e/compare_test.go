@@ -533,11 +533,12 @@ func registerAt(b testing.TB, addr, dir, user string, port int) {
 
 // heldCalls is what calls held with RTP cost.
 type heldCalls struct {
-	up           int
-	kBPerCall    float64
-	cpuPerPacket time.Duration // the relay's
-	packetsPerS  float64       // relayed, as the relay counted them
-	probe        rtpProbe      // one more call's packets one way through the relay
+	up            int
+	kBPerCall     float64
+	cpuPerPacket  time.Duration // the relay's
+	hostPerPacket time.Duration // every CPU's busy time, the phones' and the kernel's included
+	packetsPerS   float64       // relayed, as the relay counted them
+	probe         rtpProbe      // one more call's packets one way through the relay
 }
 
 // compareHeldCalls sets n calls up, each held for hold, from alice to bob (SIPp's
@@ -579,18 +580,19 @@ func compareHeldCalls(b *testing.B, s *sut, n int, hold time.Duration) heldCalls
 	// The probe's packets cross the relay during the window too.
 	probe := startProbe(b, s, dir, heldWindow+2*time.Second)
 	time.Sleep(time.Second) // let every relay reach its steady state
-	cpu0 := cpuOf(b, s.relayPIDs)
+	cpu0, host0 := cpuOf(b, s.relayPIDs), hostBusy()
 	pps := s.relayRate(heldWindow)
-	cpu := cpuOf(b, s.relayPIDs) - cpu0
+	cpu, host := cpuOf(b, s.relayPIDs)-cpu0, hostBusy()-host0
 	raw := rawSockets()
 	memUp := pssKB(b, s.memPIDs)
 	h := heldCalls{up: n, kBPerCall: float64(memUp-memBefore) / float64(n), packetsPerS: pps, probe: <-probe}
 	compareLogf("  %s probe: %s", s.name, probeCell(h.probe))
 	if pps > 0 {
 		h.cpuPerPacket = time.Duration(float64(cpu) / (pps * heldWindow.Seconds()))
+		h.hostPerPacket = time.Duration(float64(host) / (pps * heldWindow.Seconds()))
 	}
-	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d), %s per packet; %s",
-		s.name, n, memBefore, memUp, percent(cpu.Seconds(), heldWindow.Seconds()), pps, n*100, h.cpuPerPacket, raw)
+	compareLogf("  %s: %d calls up; memory %d kB before, %d kB with them up; relay cpu %.0f%% of a core, %.0f packets/s relayed (nominal %d), %s per packet (host %s); %s",
+		s.name, n, memBefore, memUp, percent(cpu.Seconds(), heldWindow.Seconds()), pps, n*100, h.cpuPerPacket, h.hostPerPacket, raw)
 	if code := uac.wait(); code != 0 {
 		st := uac.stats(b, dir)
 		compareLogf("  %s caller: sipp exit %d, %d of %d calls failed: %s", s.name, code, st.Failed, st.Created,

@@ -290,6 +290,9 @@ type pbxConfig struct {
 	// Demo is further keys of the demo tenant's spec, indented under it
 	// ("  mailboxes:\n    - extension: \"101\"\n"); empty: none.
 	Demo string
+	// Media is further keys of the System's media block, indented under
+	// it ("    kernelForwarding: true\n"); empty: none.
+	Media string
 	// NoFile is the open file limit (soft and hard) the process starts
 	// with, set by prlimit(1); zero: the test's own.
 	NoFile uint64
@@ -309,10 +312,10 @@ spec:
 %s  media:
     rtpPortMin: %d
     rtpPortMax: %d
-  dataDir: %s
+%s  dataDir: %s
   cdr:
     enabled: %t
-`, c.SIPPort, c.SIP, c.RTPMin, c.rtpMax(), c.DataDir, !c.NoCDR)
+`, c.SIPPort, c.SIP, c.RTPMin, c.rtpMax(), c.Media, c.DataDir, !c.NoCDR)
 	if c.APIPort != 0 {
 		fmt.Fprintf(&b, `  api:
     enabled: true

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Key is a rule's match: a datagram from Src to Dst.
@@ -233,4 +234,16 @@ func Interfaces() ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// KernelHasTCX reports whether the running kernel is one that attaches
+// tcx programs (6.6 or later), the only way New attaches.
+func KernelHasTCX() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
+	return major > 6 || major == 6 && minor >= 6
 }

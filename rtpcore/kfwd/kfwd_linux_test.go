@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"os/exec"
 
 	"golang.org/x/sys/unix"
@@ -23,10 +24,7 @@ func udp(t *testing.T, addr string) *net.UDPConn {
 }
 
 func TestForwardOnLoopback(t *testing.T) {
-	f, err := New([]string{"lo"}, 64)
-	if err != nil {
-		t.Skip(err)
-	}
+	f := newForwarder(t)
 	defer f.Close()
 	phoneA := udp(t, "127.0.0.2:0")
 	legA := udp(t, "127.0.0.1:0")
@@ -84,10 +82,7 @@ func TestForwardOnLoopback(t *testing.T) {
 // interface out of another: one end of a veth pair whose other end has no
 // address (nothing leaves the host), the frame seen by a packet socket.
 func TestForwardOutOfInterface(t *testing.T) {
-	f, err := New([]string{"lo"}, 64)
-	if err != nil {
-		t.Skip(err)
-	}
+	f := newForwarder(t)
 	defer f.Close()
 	const dev = "pbxkf0"
 	ipCmd := func(args ...string) error {
@@ -197,4 +192,17 @@ func csum(b []byte) uint16 {
 		s = s>>16 + s&0xffff
 	}
 	return uint16(s)
+}
+
+// newForwarder loads the program on the loopback interface; as root on a
+// kernel with tcx (CI) it must load.
+func newForwarder(t *testing.T) *Forwarder {
+	f, err := New([]string{"lo"}, 64)
+	if err != nil {
+		if os.Geteuid() == 0 && KernelHasTCX() {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return f
 }
