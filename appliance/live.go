@@ -138,8 +138,8 @@ func (m mediaSource) Media(ctx context.Context) (api.MediaTotals, error) {
 	st := m.e.Stats()
 	return api.MediaTotals{
 		PortsInUse: st.PortsInUse, PortsResting: st.PortsQuarantined, PortsFree: st.PortsTotal - st.PortsInUse - st.PortsQuarantined,
-		PortsExhausted: st.PortsExhausted,
-		Legs:           t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
+		PortsExhausted: st.PortsExhausted, KernelDirections: st.KernelDirections, KernelMoves: st.KernelMoves,
+		Legs: t.Legs, PacketsIn: t.PacketsIn, PacketsOut: t.PacketsOut, BytesIn: t.BytesIn, BytesOut: t.BytesOut,
 		PacketsLost: t.PacketsLost, Strays: t.Strays,
 		Jitter: histogram(rtpcore.JitterBounds[:], t.JitterCounts[:], t.JitterSum),
 	}, nil

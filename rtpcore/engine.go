@@ -155,6 +155,10 @@ type EngineStats struct {
 	PortsInUse       int
 	PortsQuarantined int
 	PortsExhausted   uint64 // allocations refused: no port could be bound
+	// Kernel forwarding (Options.KernelForwarding): the directions of
+	// bridged legs forwarded in the kernel now, and moved there so far.
+	KernelDirections int
+	KernelMoves      uint64
 }
 
 // Stats returns the engine's counters.
@@ -169,6 +173,7 @@ func (e *Engine) Stats() EngineStats {
 	st.PortsInUse = e.pool.InUse()
 	st.PortsQuarantined = e.pool.Quarantined()
 	st.PortsExhausted = e.pool.Exhausted()
+	st.KernelDirections, st.KernelMoves = e.kernelStats()
 	return st
 }
 

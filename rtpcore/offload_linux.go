@@ -29,8 +29,36 @@ type kernelRelay struct {
 	f        *kfwd.Forwarder
 	monoBase int64 // CLOCK_MONOTONIC at the engine's epoch, ns
 	active   atomic.Int64
-	moved    atomic.Uint64 // directions moved into the kernel
-	refused  atomic.Uint64 // directions that could not be (no route, map full)
+	routes   map[netip.Addr]route // guarded by mu
+	moved    atomic.Uint64        // directions moved into the kernel
+	refused  atomic.Uint64        // directions that could not be (no route, map full)
+}
+
+// route is a far end's way out (kfwd.Route), kept for routeTTL: the
+// phones of one office are a handful of addresses, and finding the way
+// (a socket, a netlink dump of the interfaces) would otherwise cost each
+// call's setup twice.
+type route struct {
+	out int
+	src netip.Addr
+	err error
+	at  time.Time
+}
+
+const routeTTL = 10 * time.Second
+
+// route returns the way out to dst; called with k.mu held.
+func (k *kernelRelay) route(dst netip.Addr) (int, netip.Addr, error) {
+	now := time.Now()
+	if r, ok := k.routes[dst]; ok && now.Sub(r.at) < routeTTL {
+		return r.out, r.src, r.err
+	}
+	if len(k.routes) >= 4096 {
+		clear(k.routes)
+	}
+	out, src, err := kfwd.Route(dst)
+	k.routes[dst] = route{out: out, src: src, err: err, at: now}
+	return out, src, err
 }
 
 // offload is one direction in the kernel: packets from the far end of leg
@@ -68,8 +96,11 @@ func (e *Engine) startKernel(opts Options) {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	base := ts.Nano() - int64(time.Since(e.epoch))
-	e.kern = &kernelRelay{f: f, monoBase: base}
-	e.log.Info("kernel forwarding on", "interfaces", names)
+	e.kern = &kernelRelay{f: f, monoBase: base, routes: make(map[netip.Addr]route)}
+	if f.Skipped != nil {
+		e.log.Warn("kernel forwarding: some interfaces left to the relay", "err", f.Skipped)
+	}
+	e.log.Info("kernel forwarding on", "interfaces", f.Interfaces)
 }
 
 func (e *Engine) stopKernel() {
@@ -85,6 +116,13 @@ func (e *Engine) KernelForwarding() (on bool, directions int) {
 		return false, 0
 	}
 	return true, int(e.kern.active.Load())
+}
+
+func (e *Engine) kernelStats() (directions int, moves uint64) {
+	if e.kern == nil {
+		return 0, 0
+	}
+	return int(e.kern.active.Load()), e.kern.moved.Load()
 }
 
 // relayedMedia is called by the worker for each media packet it relayed
@@ -117,7 +155,7 @@ func (l *Leg) moveIn(k *kernelRelay, peer *Leg) {
 	if from == nil || to == nil || !from.ap.Addr().Is4() || !to.ap.Addr().Is4() {
 		return
 	}
-	out, src, err := kfwd.Route(to.ap.Addr())
+	out, src, err := k.route(to.ap.Addr())
 	if err != nil {
 		k.refused.Add(1)
 		return

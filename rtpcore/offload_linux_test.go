@@ -56,6 +56,9 @@ func TestKernelForwarding(t *testing.T) {
 	// Settled streams move into the kernel.
 	exchange(t, la, lb, pa, pb, offloadAfter+5)
 	waitFor(t, "both directions in the kernel", func() bool { return directions(e) == 2 })
+	if st := e.Stats(); st.KernelDirections != 2 || st.KernelMoves != 2 {
+		t.Errorf("engine stats: %d directions in the kernel, %d moves; want 2 and 2", st.KernelDirections, st.KernelMoves)
+	}
 	la.mu.Lock()
 	byRelay := la.in.packets
 	la.mu.Unlock()

@@ -150,6 +150,8 @@ var (
 	descRTPPorts    = prometheus.NewDesc("pbx_rtp_ports", "RTP port pairs of the range by state: in_use, resting (after release), free.", []string{"state"}, nil)
 	descRTPExhaust  = prometheus.NewDesc("pbx_rtp_ports_exhausted_total", "Media legs refused because no RTP port could be bound (the call got 503).", nil, nil)
 	descRTPJitter   = prometheus.NewDesc("pbx_rtp_jitter_seconds", "Interarrival jitter of each closed media leg that received audio.", nil, nil)
+	descRTPKernel   = prometheus.NewDesc("pbx_rtp_kernel_directions", "Directions of calls' media forwarded in the kernel now (media.kernelForwarding).", nil, nil)
+	descRTPKMoves   = prometheus.NewDesc("pbx_rtp_kernel_moves_total", "Directions of calls' media moved into the kernel (media.kernelForwarding).", nil, nil)
 	descSIPTx       = prometheus.NewDesc("pbx_sip_transactions_open", "SIP server transactions open (capped; past the cap requests get 503).", nil, nil)
 	descSIPSources  = prometheus.NewDesc("pbx_sip_udp_sources", "Per-source entries the SIP stack keeps for UDP (bounded whatever the number of sources).", nil, nil)
 	descSIPRefused  = prometheus.NewDesc("pbx_sip_refused_total", "SIP requests refused before a handler, by reason (over_cap 503, version 505, too_large 513).", []string{"reason"}, nil)
@@ -175,7 +177,7 @@ var (
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
-		descRTPPorts, descRTPExhaust, descRTPJitter, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
+		descRTPPorts, descRTPExhaust, descRTPJitter, descRTPKernel, descRTPKMoves, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
 		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRPending,
 		descHookDeliv, descHookTries, descHookQueue, descHookFlight, descHookSeconds} {
 		ch <- d
@@ -314,6 +316,8 @@ func (e emitter) media(ctx context.Context, src api.MediaSource) {
 	e.gauge(descRTPPorts, float64(t.PortsInUse), "in_use")
 	e.gauge(descRTPPorts, float64(t.PortsResting), "resting")
 	e.gauge(descRTPPorts, float64(t.PortsFree), "free")
+	e.gauge(descRTPKernel, float64(t.KernelDirections))
+	e.counter(descRTPKMoves, t.KernelMoves)
 	e.counter(descRTPExhaust, t.PortsExhausted)
 	e <- prometheus.MustNewConstHistogram(descRTPJitter, t.Jitter.Count, t.Jitter.Sum, t.Jitter.Buckets)
 }

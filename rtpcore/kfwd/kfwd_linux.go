@@ -52,6 +52,11 @@ type Counters struct {
 
 // Forwarder holds the program, its rules and its attachments.
 type Forwarder struct {
+	// Interfaces are those the program watches; Skipped says why the
+	// others asked for are not (nil: none).
+	Interfaces []string
+	Skipped    error
+
 	rules *ebpf.Map
 	prog  *ebpf.Program
 	links []link.Link
@@ -74,18 +79,25 @@ func New(ifaces []string, maxRules int) (*Forwarder, error) {
 		return nil, fmt.Errorf("kernel forwarding: program: %w", err)
 	}
 	f := &Forwarder{rules: m, prog: p}
+	var errs []error
 	for _, name := range ifaces {
 		ifc, err := net.InterfaceByName(name)
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("kernel forwarding: %w", err)
+			errs = append(errs, err)
+			continue
 		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: ifc.Index, Program: p, Attach: ebpf.AttachTCXIngress})
 		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("kernel forwarding: attach to %s: %w", name, err)
+			errs = append(errs, fmt.Errorf("attach to %s: %w", name, err))
+			continue
 		}
 		f.links = append(f.links, l)
+		f.Interfaces = append(f.Interfaces, name)
+	}
+	f.Skipped = errors.Join(errs...)
+	if len(f.links) == 0 {
+		f.Close()
+		return nil, fmt.Errorf("kernel forwarding: no interface: %w", f.Skipped)
 	}
 	return f, nil
 }

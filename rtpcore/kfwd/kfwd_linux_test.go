@@ -206,3 +206,55 @@ func newForwarder(t *testing.T) *Forwarder {
 	}
 	return f
 }
+
+// TestForwardOnlyTheStream leaves to the socket what the rule's stream
+// does not account for: another SSRC, a sequence jump, RTCP on the RTP
+// port, a stranger; a late packet and a small gap are forwarded and
+// counted (RFC 3550 A.1).
+func TestForwardOnlyTheStream(t *testing.T) {
+	f := newForwarder(t)
+	defer f.Close()
+	phone, leg, out := udp(t, "127.0.0.2:0"), udp(t, "127.0.0.1:0"), udp(t, "127.0.0.3:0")
+	ap := func(c *net.UDPConn) netip.AddrPort { return c.LocalAddr().(*net.UDPAddr).AddrPort() }
+	k := Key{Src: ap(phone), Dst: ap(leg)}
+	if err := f.Set(k, Rule{Src: ap(leg), Dst: ap(out), EventPT: -1, ClockRate: 8000,
+		Stream: Stream{SSRC: 9, ExtMax: 0x1fff0, Received: 10}}); err != nil {
+		t.Fatal(err)
+	}
+	rtp := func(pt byte, seq uint16, ssrc byte) []byte {
+		return []byte{0x80, pt, byte(seq >> 8), byte(seq), 0, 0, 0, 160, 0, 0, 0, ssrc, 0xd5}
+	}
+	buf := make([]byte, 100)
+	expect := func(c *net.UDPConn, pkt []byte, what string) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		n, _, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil || !bytes.Equal(buf[:n], pkt) {
+			t.Fatalf("%s: %x, %v", what, buf[:n], err)
+		}
+	}
+	for _, c := range []struct {
+		pkt     []byte
+		to      *net.UDPConn
+		what    string
+		from    *net.UDPConn
+		ext, rx uint32
+	}{
+		{rtp(0, 0xfff2, 9), out, "a gap of one", phone, 0x1fff2, 11},
+		{rtp(0, 0xfff1, 9), out, "the late one", phone, 0x1fff2, 12},
+		{rtp(0, 0x0003, 9), out, "across the wrap", phone, 0x20003, 13},
+		{rtp(0, 0x0004, 8), leg, "another SSRC", phone, 0x20003, 13},
+		{rtp(0, 0x5000, 9), leg, "a sequence jump", phone, 0x20003, 13},
+		{rtp(72, 0x0004, 9), leg, "RTCP on the RTP port", phone, 0x20003, 13},
+		{rtp(0, 0x0004, 9), leg, "a stranger", out, 0x20003, 13},
+	} {
+		if _, err := c.from.WriteToUDPAddrPort(c.pkt, ap(leg)); err != nil {
+			t.Fatal(err)
+		}
+		expect(c.to, c.pkt, c.what)
+		got, err := f.Counters(k)
+		if err != nil || got.Stream.ExtMax != c.ext || got.Stream.Received != c.rx {
+			t.Fatalf("after %s: %+v %v, want highest %#x, %d received", c.what, got.Stream, err, c.ext, c.rx)
+		}
+	}
+}

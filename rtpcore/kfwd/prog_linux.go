@@ -60,8 +60,10 @@ const (
 func program(rules int) asm.Instructions {
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R0, asm.R6, 16, asm.Word), // skb->protocol
-		asm.JNE.Imm(asm.R0, 0x0008, "next"),       // ETH_P_IP, big-endian
+		asm.LoadMem(asm.R0, asm.R6, 16, asm.Word),  // skb->protocol
+		asm.JNE.Imm(asm.R0, 0x0008, "next"),        // ETH_P_IP, big-endian
+		asm.LoadMem(asm.R0, asm.R6, 176, asm.Word), // skb->gso_size: one datagram, not a GRO train
+		asm.JNE.Imm(asm.R0, 0, "next"),
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.Mov.Imm(asm.R2, offIPv4),
 		asm.Mov.Reg(asm.R3, asm.RFP),

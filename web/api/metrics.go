@@ -27,6 +27,10 @@ type MediaTotals struct {
 	// allocations refused because none could be bound.
 	PortsInUse, PortsResting, PortsFree int
 	PortsExhausted                      uint64
+	// Kernel forwarding (media.kernelForwarding): directions of calls
+	// forwarded in the kernel now, and moved there since the start.
+	KernelDirections int
+	KernelMoves      uint64
 }
 
 // MediaSource reads the media relay's counters.
