@@ -248,11 +248,13 @@ func Bridge(a, b *Leg) error {
 
 // Unbridge stops relaying between l and its peer.
 func (l *Leg) Unbridge() {
-	l.resetOffload()
 	p := l.peer.Swap(nil)
 	if p != nil {
 		p.peer.CompareAndSwap(l, nil)
 	}
+	// After the swap: a direction moving in meanwhile sees the bridge
+	// gone, one that moved in before is taken back here.
+	l.resetOffloadWith(p)
 }
 
 func (l *Leg) isClosed() bool { return l.closing.Load() }

@@ -244,7 +244,14 @@ func (o *offload) merge(r *recvStats, c kfwd.Counters) {
 // something they depend on changed (a far end, a bridge, a tap, an
 // injection). They move in again once they have relayed offloadAfter
 // packets in a row.
-func (l *Leg) resetOffload() {
+//
+// Callers change the state first: moveIn checks it under the same lock,
+// so a direction moves in either before the reset, which takes it back,
+// or after, seeing the change.
+func (l *Leg) resetOffload() { l.resetOffloadWith(l.peer.Load()) }
+
+// resetOffloadWith is resetOffload with l's peer (or former peer) p.
+func (l *Leg) resetOffloadWith(p *Leg) {
 	k := l.sess.e.kern
 	if k == nil {
 		return
@@ -252,7 +259,7 @@ func (l *Leg) resetOffload() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	l.moveOut(k)
-	if p := l.peer.Load(); p != nil {
+	if p != nil {
 		p.moveOut(k)
 	}
 }

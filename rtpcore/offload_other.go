@@ -23,6 +23,7 @@ func (e *Engine) kernelStats() (int, uint64) { return 0, 0 }
 
 func (l *Leg) relayedMedia(*Leg)              {}
 func (l *Leg) resetOffload()                  {}
+func (l *Leg) resetOffloadWith(*Leg)          {}
 func (l *Leg) takeBack()                      {}
 func (l *Leg) addKernel(*LegStats, recvStats) {}
 func (l *Leg) lastMono() int64                { return l.lastPacket.Load() }
