@@ -14,7 +14,7 @@ import (
 // the kernel must take it.
 func kernelEngine(t *testing.T) *Engine {
 	e := newEngine(t, Options{KernelForwarding: true})
-	if on, _ := e.KernelForwarding(); !on {
+	if !e.KernelForwarding() {
 		if os.Geteuid() == 0 && kfwd.KernelHasTCX() {
 			t.Fatal("kernel forwarding did not load as root on a kernel with tcx")
 		}
@@ -23,7 +23,7 @@ func kernelEngine(t *testing.T) *Engine {
 	return e
 }
 
-func directions(e *Engine) int { _, n := e.KernelForwarding(); return n }
+func directions(e *Engine) int { return e.Stats().KernelDirections }
 
 // exchange sends n packets each way, a millisecond apart, and checks that
 // each arrives whole from the other leg.

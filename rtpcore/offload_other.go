@@ -17,7 +17,7 @@ func (e *Engine) stopKernel() {}
 
 // KernelForwarding reports whether the engine forwards settled streams in
 // the kernel: never here.
-func (e *Engine) KernelForwarding() (on bool, directions int) { return false, 0 }
+func (e *Engine) KernelForwarding() bool { return false }
 
 func (e *Engine) kernelStats() (int, uint64) { return 0, 0 }
 

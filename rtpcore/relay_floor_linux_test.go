@@ -56,7 +56,7 @@ type engineRelay struct {
 }
 
 func (r engineRelay) name() string {
-	if on, _ := r.e.KernelForwarding(); on {
+	if r.e.KernelForwarding() {
 		return "engine+kernel"
 	}
 	return "engine"
