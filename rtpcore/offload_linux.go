@@ -31,7 +31,6 @@ type kernelRelay struct {
 	active   atomic.Int64
 	routes   map[netip.Addr]route // guarded by mu
 	moved    atomic.Uint64        // directions moved into the kernel
-	refused  atomic.Uint64        // directions that could not be (no route, map full)
 }
 
 // route is a far end's way out (kfwd.Route), kept for routeTTL: the
@@ -73,7 +72,7 @@ type offload struct {
 // offloadState is a leg's part of the kernel forwarding.
 type offloadState struct {
 	off     atomic.Pointer[offload] // this leg's received packets, in the kernel
-	userRun atomic.Int32            // media packets relayed by the worker since
+	userRun atomic.Int32            // media packets relayed by the worker since it last moved in or out
 }
 
 func (e *Engine) startKernel(opts Options) {
@@ -152,7 +151,6 @@ func (l *Leg) moveIn(k *kernelRelay, peer *Leg) {
 	}
 	out, src, err := k.route(to.ap.Addr())
 	if err != nil {
-		k.refused.Add(1)
 		return
 	}
 	if a := peer.local.Addr(); !a.IsUnspecified() {
@@ -179,8 +177,7 @@ func (l *Leg) moveIn(k *kernelRelay, peer *Leg) {
 		return
 	}
 	if err := k.f.Set(o.key, rule); err != nil {
-		k.refused.Add(1)
-		return
+		return // the map is full: the relay keeps the direction
 	}
 	l.ko.off.Store(o)
 	k.active.Add(1)
@@ -205,8 +202,7 @@ func (l *Leg) moveOut(k *kernelRelay) {
 	l.mu.Unlock()
 	o.peer.pktsOut.Add(c.Packets)
 	o.peer.bytesOut.Add(c.Bytes)
-	if c.LastNanos != 0 {
-		m := int64(c.LastNanos) - k.monoBase
+	if m := l.kernelMono(c); m != 0 {
 		for {
 			old := l.lastPacket.Load()
 			if m <= old || l.lastPacket.CompareAndSwap(old, m) {

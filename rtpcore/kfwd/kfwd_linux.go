@@ -140,15 +140,18 @@ func (f *Forwarder) Set(k Key, r Rule) error {
 	return f.rules.Put(key[:], val[:])
 }
 
-// Delete removes k's rule and returns its last counters.
+// Delete removes k's rule and returns its last counters, in one step: no
+// packet the program forwards in between goes uncounted.
 func (f *Forwarder) Delete(k Key) (Counters, error) {
-	c, err := f.Counters(k)
-	if err != nil {
-		return c, err
-	}
 	var key [12]byte
-	_ = tuple(key[:], k.Src, k.Dst)
-	return c, f.rules.Delete(key[:])
+	var val [valueSize]byte
+	if err := tuple(key[:], k.Src, k.Dst); err != nil {
+		return Counters{}, err
+	}
+	if err := f.rules.LookupAndDelete(key[:], val[:]); err != nil {
+		return Counters{}, err
+	}
+	return counters(&val), nil
 }
 
 // Counters reads k's counters.
@@ -161,6 +164,11 @@ func (f *Forwarder) Counters(k Key) (Counters, error) {
 	if err := f.rules.Lookup(key[:], val[:]); err != nil {
 		return Counters{}, err
 	}
+	return counters(&val), nil
+}
+
+// counters decodes a rule's value.
+func counters(val *[valueSize]byte) Counters {
 	ne := binary.NativeEndian
 	return Counters{
 		Packets:   ne.Uint64(val[valPackets:]),
@@ -172,7 +180,7 @@ func (f *Forwarder) Counters(k Key) (Counters, error) {
 			Received: ne.Uint32(val[valReceived:]),
 			Jitter16: ne.Uint32(val[valJitter:]),
 		},
-	}, nil
+	}
 }
 
 // Close detaches the program and frees the rules.
