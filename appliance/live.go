@@ -151,7 +151,9 @@ type callLogStats struct{ s *cdr.Store }
 func (c callLogStats) CallLogStats(ctx context.Context) (api.CallLogStats, error) {
 	st := c.s.Stats()
 	return api.CallLogStats{Commits: st.Commits + st.Retried, Pending: st.Pending,
-		CommitTime: histogram(cdr.CommitBounds[:], st.CommitCounts[:], st.CommitTime)}, nil
+		CommitTime: histogram(cdr.CommitBounds[:], st.Commit.Counts[:], st.Commit.Sum),
+		MarkerTime: histogram(cdr.CommitBounds[:], st.Marker.Counts[:], st.Marker.Sum),
+		RecordTime: histogram(cdr.CommitBounds[:], st.Record.Counts[:], st.Record.Sum)}, nil
 }
 
 // histogram turns per-bucket counts (the last one unbounded) into the

@@ -166,6 +166,7 @@ var (
 	descUpFailed    = prometheus.NewDesc("pbx_upload_failed_total", "Recording uploads given up (moved to uploads/failed) since the start.", nil, nil)
 	descCDRCommits  = prometheus.NewDesc("pbx_cdr_commits_total", "Call records committed to disk.", nil, nil)
 	descCDRSeconds  = prometheus.NewDesc("pbx_cdr_commit_seconds", "Time to write, fsync and rename one call record.", nil, nil)
+	descCDRWait     = prometheus.NewDesc("pbx_cdr_call_wait_seconds", "Time a call waits for the disk: the in-flight marker before the answer (step=marker), the record file as the call ends (step=record).", []string{"step"}, nil)
 	descCDRPending  = prometheus.NewDesc("pbx_cdr_pending", "Call records waiting to be written (a full or failing disk).", nil, nil)
 	descHookDeliv   = prometheus.NewDesc("pbx_webhook_deliveries_total", "Webhook deliveries settled, by event and outcome (delivered, expired, dropped).", []string{"event", "outcome"}, nil)
 	descHookTries   = prometheus.NewDesc("pbx_webhook_attempts_total", "Webhook delivery attempts by result (ok: 2xx, status: another answer, error: none).", []string{"result"}, nil)
@@ -178,7 +179,7 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCallsActive, descRegs, descTrunks, descGuardPkts, descGuardDrops, descGuardAuth,
 		descGuardBans, descGuardActive, descGuardTrack, descRTPPkts, descRTPBytes, descRTPLost, descRTPLegs, descRTPStrays,
 		descRTPPorts, descRTPExhaust, descRTPJitter, descRTPKernel, descRTPKMoves, descSIPTx, descSIPSources, descSIPRefused, descSIPDropped,
-		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRPending,
+		descTCPOpen, descTCPAccepted, descTCPAccErr, descTCPRefused, descTCPClosed, descUpJobs, descUpAge, descUpFailed, descCDRCommits, descCDRSeconds, descCDRWait, descCDRPending,
 		descHookDeliv, descHookTries, descHookQueue, descHookFlight, descHookSeconds} {
 		ch <- d
 	}
@@ -363,6 +364,8 @@ func (e emitter) callLog(ctx context.Context, src api.CallLogStatsSource) {
 	}
 	e.counter(descCDRCommits, s.Commits)
 	e <- prometheus.MustNewConstHistogram(descCDRSeconds, s.CommitTime.Count, s.CommitTime.Sum, s.CommitTime.Buckets)
+	e <- prometheus.MustNewConstHistogram(descCDRWait, s.MarkerTime.Count, s.MarkerTime.Sum, s.MarkerTime.Buckets, "marker")
+	e <- prometheus.MustNewConstHistogram(descCDRWait, s.RecordTime.Count, s.RecordTime.Sum, s.RecordTime.Buckets, "record")
 	e.gauge(descCDRPending, float64(s.Pending))
 }
 

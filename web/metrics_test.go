@@ -49,7 +49,9 @@ func (fakeSIP) SIP(context.Context) (api.SIPStats, error) {
 type fakeCallLogStats struct{}
 
 func (fakeCallLogStats) CallLogStats(context.Context) (api.CallLogStats, error) {
-	return api.CallLogStats{Commits: 7, Pending: 2, CommitTime: api.Histogram{Buckets: map[float64]uint64{0.01: 7}, Count: 7, Sum: 0.02}}, nil
+	return api.CallLogStats{Commits: 7, Pending: 2, CommitTime: api.Histogram{Buckets: map[float64]uint64{0.01: 7}, Count: 7, Sum: 0.02},
+		MarkerTime: api.Histogram{Buckets: map[float64]uint64{0.001: 4}, Count: 5, Sum: 0.3},
+		RecordTime: api.Histogram{Buckets: map[float64]uint64{0.001: 3}, Count: 3, Sum: 0.001}}, nil
 }
 
 func scrape(t *testing.T, e *env) map[string]*dto.MetricFamily {
@@ -128,6 +130,8 @@ func TestMetrics(t *testing.T) {
 		{"pbx_rtp_ports_exhausted_total", nil, 3},
 		{"pbx_rtp_jitter_seconds", nil, 2},
 		{"pbx_cdr_commits_total", nil, 7},
+		{"pbx_cdr_call_wait_seconds", []string{"step", "marker"}, 5},
+		{"pbx_cdr_call_wait_seconds", []string{"step", "record"}, 3},
 		{"pbx_sip_transactions_open", nil, 12},
 		{"pbx_upload_queue_jobs", nil, 6},
 		{"pbx_upload_oldest_job_age_seconds", nil, 120},

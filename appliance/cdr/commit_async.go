@@ -81,7 +81,9 @@ func (s *Store) CommitThen(r *Record, done func(error)) {
 	c.start = time.Now()
 	var err error
 	// A record file in place already fails its rename (no lookup first).
-	if c.j, c.seq, err = s.writeFile(n, c.dir, c.final); errors.Is(err, ErrCommitted) {
+	c.j, c.seq, err = s.writeFile(n, c.dir, c.final)
+	s.stats.record.observe(time.Since(c.start))
+	if errors.Is(err, ErrCommitted) {
 		done(err)
 		return
 	} else if err != nil {

@@ -63,6 +63,23 @@ func TestCommitThenDoesNotWaitForTheSync(t *testing.T) {
 		t.Fatal("done called without an fdatasync of the journal")
 	}
 	committedOnce(t, s, r)
+	// The call waited for its marker and its record file, not for the
+	// sync: the commit's time (until done) includes the 50 ms the sync
+	// was held, the call's wait for the record file does not.
+	st := s.Stats()
+	if n := sum(st.Marker.Counts[:]); n != 1 || st.Marker.Sum <= 0 {
+		t.Errorf("marker waits %+v, want one", st.Marker)
+	}
+	if n := sum(st.Record.Counts[:]); n != 1 || st.Record.Sum <= 0 || st.Record.Sum >= st.Commit.Sum-st.Commit.Sum/2 {
+		t.Errorf("record file waits %+v against commits %+v: want one, shorter than the commit", st.Record, st.Commit)
+	}
+}
+
+func sum(counts []uint64) (n uint64) {
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // TestCommitThenBatch: calls ending at once are each committed once, their

@@ -120,10 +120,10 @@ func TestCommitFailureKeptAndRetried(t *testing.T) {
 			}
 			st := s.Stats()
 			var n uint64
-			for _, c := range st.CommitCounts {
+			for _, c := range st.Commit.Counts {
 				n += c
 			}
-			if st.Commits != 1 || n != 1 || st.CommitTime <= 0 {
+			if st.Commits != 1 || n != 1 || st.Commit.Sum <= 0 {
 				t.Fatalf("stats after a first-attempt commit %+v", st)
 			}
 			if b := s.Backlog(); b.Pending != 0 || b.Problem() != "" {

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// CommitBounds are the upper bounds of the commit time buckets of Stats.
+// CommitBounds are the upper bounds of the time buckets of Stats (commits
+// and the writes a call waits for).
 var CommitBounds = [...]time.Duration{
 	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
 	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
@@ -18,36 +19,62 @@ type Stats struct {
 	// written by a retry is in Retried).
 	Commits uint64
 	Retried uint64
-	// CommitCounts[i] counts first-attempt commits that took at most
-	// CommitBounds[i] (the last bucket has no bound): write, fsync, rename,
-	// directory fsync and index line.
-	CommitCounts [len(CommitBounds) + 1]uint64
-	CommitTime   time.Duration // sum
-	Pending      int           // records waiting for the disk
+	// Commit is the time of the first-attempt commits: write, fsync,
+	// rename, index line and marker removal (for CommitThen, until done).
+	Commit TimeCounts
+	// Marker is the time Answered took (the in-flight marker, written
+	// before the caller hears the answer); Record the time CommitThen
+	// took (the record file, written on the goroutine that ends the call).
+	// Both are what a call waits for the disk.
+	Marker, Record TimeCounts
+	Pending        int // records waiting for the disk
 }
 
-type commitStats struct {
-	commits, retried atomic.Uint64
-	buckets          [len(CommitBounds) + 1]atomic.Uint64
-	sum              atomic.Int64
+// TimeCounts is a histogram of durations: Counts[i] counts those that
+// took at most CommitBounds[i] (the last bucket has no bound); Sum is
+// their total.
+type TimeCounts struct {
+	Counts [len(CommitBounds) + 1]uint64
+	Sum    time.Duration
 }
 
-func (c *commitStats) observe(d time.Duration) {
+// timeHist is the live form of TimeCounts.
+type timeHist struct {
+	buckets [len(CommitBounds) + 1]atomic.Uint64
+	sum     atomic.Int64
+}
+
+func (h *timeHist) observe(d time.Duration) {
 	i := 0
 	for i < len(CommitBounds) && d > CommitBounds[i] {
 		i++
 	}
-	c.buckets[i].Add(1)
-	c.sum.Add(int64(d))
+	h.buckets[i].Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *timeHist) load() TimeCounts {
+	t := TimeCounts{Sum: time.Duration(h.sum.Load())}
+	for i := range t.Counts {
+		t.Counts[i] = h.buckets[i].Load()
+	}
+	return t
+}
+
+type commitStats struct {
+	commits, retried atomic.Uint64
+	commit           timeHist
+	marker, record   timeHist
+}
+
+func (c *commitStats) observe(d time.Duration) {
+	c.commit.observe(d)
 	c.commits.Add(1)
 }
 
 // Stats returns the writer's counters.
 func (s *Store) Stats() Stats {
-	st := Stats{Commits: s.stats.commits.Load(), Retried: s.stats.retried.Load(),
-		CommitTime: time.Duration(s.stats.sum.Load()), Pending: s.Backlog().Pending}
-	for i := range st.CommitCounts {
-		st.CommitCounts[i] = s.stats.buckets[i].Load()
-	}
-	return st
+	return Stats{Commits: s.stats.commits.Load(), Retried: s.stats.retried.Load(),
+		Commit: s.stats.commit.load(), Marker: s.stats.marker.load(), Record: s.stats.record.load(),
+		Pending: s.Backlog().Pending}
 }

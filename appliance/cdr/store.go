@@ -275,7 +275,10 @@ func (s *Store) Answered(r *Record) error {
 	}
 	path := s.MarkerPath(n.Tenant, n.ID)
 	s.track(k, path)
-	if err := s.writeMarker(&n, path); err != nil {
+	start := time.Now()
+	err := s.writeMarker(&n, path)
+	s.stats.marker.observe(time.Since(start))
+	if err != nil {
 		return s.keep(&n, stageMarker, err)
 	}
 	if s.bl.n.Load() > 0 {

@@ -474,6 +474,7 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 	step := func(rate int) compareStep {
 		n := rate * int(cfg.step/time.Second)
 		cpu0, uas0, t0 := cpuOf(b, s.memPIDs), cpuTime(b, uas.cmd.Process.Pid), time.Now()
+		w0 := callWaitOf(s)
 		uac := startSIPpLoad(b, dir, fmt.Sprintf("uac%d-%t-%d", rate, trunk, time.Now().UnixNano()), cfg.step+2*time.Minute, append([]string{s.addr}, append(args,
 			"-r", strconv.Itoa(rate), "-rp", "1000", "-m", strconv.Itoa(n), "-l", strconv.Itoa(rate*10),
 			"-d", strconv.Itoa(int(cfg.callLength/time.Millisecond)), "-recv_timeout", "10000",
@@ -487,6 +488,9 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 		step.sippCPU = percent((uac.cpu() + cpuTime(b, uas.cmd.Process.Pid) - uas0).Seconds(), elapsed.Seconds())
 		if st.Failed > 0 {
 			compareLogf("    failures: %s", sippFailures(filepath.Join(dir, uac.name+".errors.log")))
+		}
+		if w := callWaitOf(s).since(w0); w.markers > 0 {
+			compareLogf("    %s", w)
 		}
 		return step
 	}
@@ -504,6 +508,51 @@ func compareCallLadder(b *testing.B, s *sut, cfg compareConfig, rates []int, tru
 		compareLogf("  %s at %d/s: %s; %s per call", name, rate, last, cpuPerOK([]compareStep{last}))
 	}
 	return l, last
+}
+
+// callWait is what the PBX's calls waited for the disk, from its call
+// record metrics (pbx_cdr_call_wait_seconds).
+type callWait struct {
+	markers, records         float64 // writes
+	markerSum, recordSum     float64 // seconds
+	markersSlow, recordsSlow float64 // writes over 10 ms
+	markersStall             float64 // markers over 100 ms
+}
+
+// callWaitOf reads s's call wait counters; zero for a system without call
+// records.
+func callWaitOf(s *sut) callWait {
+	if s.metric == nil || s.name != "pbx" {
+		return callWait{}
+	}
+	m := func(step, suffix string) float64 {
+		return s.metric(`pbx_cdr_call_wait_seconds` + suffix + `{step="` + step + `"`)
+	}
+	le := func(step, bound string) float64 {
+		return s.metric(`pbx_cdr_call_wait_seconds_bucket{step="` + step + `",le="` + bound + `"}`)
+	}
+	w := callWait{markers: m("marker", "_count"), records: m("record", "_count"),
+		markerSum: m("marker", "_sum"), recordSum: m("record", "_sum")}
+	w.markersSlow = w.markers - le("marker", "0.01")
+	w.recordsSlow = w.records - le("record", "0.01")
+	w.markersStall = w.markers - le("marker", "0.1")
+	return w
+}
+
+func (w callWait) since(o callWait) callWait {
+	return callWait{w.markers - o.markers, w.records - o.records, w.markerSum - o.markerSum, w.recordSum - o.recordSum,
+		w.markersSlow - o.markersSlow, w.recordsSlow - o.recordsSlow, w.markersStall - o.markersStall}
+}
+
+func (w callWait) String() string {
+	mean := func(sum, n float64) time.Duration {
+		if n == 0 {
+			return 0
+		}
+		return time.Duration(sum / n * float64(time.Second)).Round(time.Microsecond)
+	}
+	return fmt.Sprintf("disk wait: %.0f markers, mean %s, %.0f over 10ms, %.0f over 100ms; %.0f record files, mean %s, %.0f over 10ms",
+		w.markers, mean(w.markerSum, w.markers), w.markersSlow, w.markersStall, w.records, mean(w.recordSum, w.records), w.recordsSlow)
 }
 
 // cpuPerOK is the system's CPU per completed scenario over steps, 0 when none completed.

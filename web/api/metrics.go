@@ -65,7 +65,11 @@ type SIPSource interface {
 type CallLogStats struct {
 	Commits    uint64
 	CommitTime Histogram // write, fsync and rename of one record
-	Pending    int       // records waiting for the disk
+	// MarkerTime and RecordTime are what a call waits for the disk: the
+	// in-flight marker written before its answer, the record file written
+	// as it ends.
+	MarkerTime, RecordTime Histogram
+	Pending                int // records waiting for the disk
 }
 
 // CallLogStatsSource reads the call record writer's counters.
