@@ -63,7 +63,7 @@ import (
 //	PBX_COMPARE_SETTLE            memory watched after the ladder       30s
 //	PBX_COMPARE_CPS_RATES         INVITE ladder, calls per second       250,500,750,1000,1500,2000,2500,3000
 //	PBX_COMPARE_CALL_CPU_RATE     fixed rate for CPU per call           500
-//	PBX_COMPARE_CALL_CPU_RUNS     records off/on pairs at that rate     2
+//	PBX_COMPARE_CALL_CPU_RUNS     records off/on pairs at that rate     3
 //	PBX_COMPARE_OFF_LADDER        0: no records-off INVITE ladder       1
 //	PBX_COMPARE_TRUNK_RATES       trunk ladder, calls per second        as PBX_COMPARE_CPS_RATES
 //	PBX_COMPARE_CALL_LENGTH       length of a ladder's calls            1s
@@ -168,7 +168,9 @@ func BenchmarkCompareKamailio(b *testing.B) {
 	b.ReportMetric(ratio(rateOf(p.trunk.best()), rateOf(k.trunk.best())), "trunk_pbx/kam")
 	b.ReportMetric(ratio(p.held.cpuPerPacket.Seconds(), k.cheaperRelay().cpuPerPacket.Seconds()), "rtp_cpu_pbx/kam")
 	b.ReportMetric(ratio(p.held.kBPerCall, k.held.kBPerCall), "mem_per_call_pbx/kam")
-	b.ReportMetric(ratio(cpuPerOK(p.callCPU).Seconds(), cpuPerOK(p.callCPUOff).Seconds()), "records_on/off_cpu")
+	if over, ok := recordsOverhead(p.callCPUOff, p.callCPU); ok {
+		b.ReportMetric(1+over, "records_on/off_cpu")
+	}
 }
 
 // compareSide starts one system of a phase; key is whose result it fills.
@@ -196,7 +198,7 @@ func loadCompareConfig() compareConfig {
 		calls:       benchEnvInt("PBX_COMPARE_CALLS", 1000),
 		callsHigh:   benchEnvCount("PBX_COMPARE_CALLS_HIGH", 2000),
 		callCPURate: benchEnvInt("PBX_COMPARE_CALL_CPU_RATE", 500),
-		callCPURuns: max(benchEnvInt("PBX_COMPARE_CALL_CPU_RUNS", 2), 1),
+		callCPURuns: max(benchEnvInt("PBX_COMPARE_CALL_CPU_RUNS", 3), 1),
 		offLadder:   os.Getenv("PBX_COMPARE_OFF_LADDER") != "0",
 		step:        benchEnvDuration("PBX_COMPARE_STEP", 10*time.Second),
 		callLength:  benchEnvDuration("PBX_COMPARE_CALL_LENGTH", time.Second),

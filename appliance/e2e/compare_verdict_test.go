@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -155,8 +156,31 @@ func TestCompareTargets(t *testing.T) {
 	if got := recordsVerdict(nil, []compareStep{calls(time.Second, 1000)}); !strings.HasPrefix(got, "n/a") {
 		t.Errorf("records off not measured: %s", got)
 	}
-	if c := recordsCell(off, []compareStep{calls(2400*time.Millisecond, 1000)}); c != "2000.0 us (1000.0, 3000.0) -> 2400.0 us: +20%" {
+	if c := recordsCell(off, []compareStep{calls(2400*time.Millisecond, 1000)}); c != "median 2000.0 us (1000.0, 3000.0) -> 2400.0 us: +20%" {
 		t.Errorf("records cell %q", c)
+	}
+	// One run far off, either way, does not move the verdict; the runs
+	// that agree do.
+	ms := func(ds ...float64) []compareStep {
+		var st []compareStep
+		for _, d := range ds {
+			st = append(st, calls(time.Duration(d*float64(time.Second)), 1000))
+		}
+		return st
+	}
+	for _, c := range []struct {
+		off, on []compareStep
+		over    float64
+		want    string
+	}{
+		{ms(1.0, 1.05, 1.1), ms(1.1, 1.15, 2.0), 0.095, verdictMet},  // the mean: +35%
+		{ms(0.7, 1.0, 1.05), ms(1.1, 1.12, 1.14), 0.12, verdictMet},  // the mean: +22%
+		{ms(1.0, 1.0, 1.0), ms(1.2, 1.25, 0.9), 0.20, verdictNotMet}, // the mean: +12%
+	} {
+		over, ok := recordsOverhead(c.off, c.on)
+		if !ok || math.Abs(over-c.over) > 0.001 || recordsVerdict(c.off, c.on) != c.want {
+			t.Errorf("records overhead of %s: %v %t %s, want %v %s", recordsCell(c.off, c.on), over, ok, recordsVerdict(c.off, c.on), c.over, c.want)
+		}
 	}
 
 	if m := (regMemory{idle: 100, after: 120}); memVerdict(m) != verdictMet {
