@@ -114,11 +114,17 @@ func New(opts Options, log *slog.Logger) (*Server, error) {
 	if sip.UDPMTUSize < UDPMaxMessage+200 {
 		sip.UDPMTUSize = UDPMaxMessage + 200
 	}
-	// sipgo reads Timer J when it creates a server transaction; written
-	// only once, so a second Server (tests) does not race the first's
-	// transactions.
+	// sipgo reads Timers J, L and M when a transaction enters the state
+	// they time; written only once, so a second Server (tests) does not
+	// race the first's transactions. See CompletedLinger.
 	if sip.Timer_J != CompletedLinger {
 		sip.Timer_J = CompletedLinger
+	}
+	if sip.Timer_L != CompletedLinger {
+		sip.Timer_L = CompletedLinger
+	}
+	if sip.Timer_M != CompletedLinger {
+		sip.Timer_M = CompletedLinger
 	}
 
 	s := &Server{log: log, opts: opts, userAgent: opts.userAgent(), ready: make(chan struct{}),

@@ -1,6 +1,7 @@
 package sipcore
 
 import (
+	"errors"
 	"net/netip"
 
 	"github.com/emiago/sipgo/sip"
@@ -22,7 +23,21 @@ func (t serverTx) Respond(res *sip.Response) error {
 			}
 		}
 	}
-	return t.ServerTransaction.Respond(res)
+	err := t.ServerTransaction.Respond(res)
+	if err != nil && errors.Is(err, sip.ErrTransactionTerminated) && res.IsSuccess() && isInviteResponse(res) {
+		// The UAS core retransmits an INVITE's 2xx until the ACK, for up
+		// to 64*T1 (RFC 3261 13.3.1.4); the transaction passes each
+		// retransmission to the transport while it lasts (RFC 6026 7.1)
+		// and has ended CompletedLinger after the first (Timer L, or
+		// at once over TCP): the transport takes it now.
+		return t.s.srv.WriteResponse(res)
+	}
+	return err
+}
+
+func isInviteResponse(res *sip.Response) bool {
+	cseq := res.CSeq()
+	return cseq != nil && cseq.MethodName == sip.INVITE
 }
 
 // WrapTx returns tx decorated so that responses carry the Server header

@@ -498,8 +498,13 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 	rates := benchEnvInts("PBX_BENCH_CPS_RATES", []int{300, 600, 900, 1200})
 	step := benchEnvDuration("PBX_BENCH_CPS_STEP", 8*time.Second)
 	hold := benchEnvDuration("PBX_BENCH_CPS_HOLD", 100*time.Millisecond)
-	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax, NoCDR: noCDR})
+	apiPort := freePort(b)
+	p := startPBX(b, pbxConfig{LogLevel: "info", RTPMin: benchRTPMin, RTPMax: benchRTPMax, NoCDR: noCDR, APIPort: apiPort})
 	pid := p.cmd.Process.Pid
+	metrics := fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", apiPort)
+	metric := func(prefix string) float64 { return pbxMetric(b, metrics, prefix) }
+	// callWaitOf reads the call record metrics of a system named pbx only.
+	records := &sut{name: "pbx", metric: metric}
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(b)
 	registerUser(b, p, dir, "bob", bobPort)
@@ -525,6 +530,10 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 		name := fmt.Sprintf("uac%d", rate)
 		logFrom := len(p.log.String())
 		cpu0, uasCPU0, t0 := cpuTime(b, pid), cpuTime(b, uas.cmd.Process.Pid), time.Now()
+		gc0, wait0 := metric("go_gc_duration_seconds_count"), callWait{}
+		if !noCDR {
+			wait0 = callWaitOf(records)
+		}
 		uac := startSIPpLoad(b, dir, name, step+2*time.Minute,
 			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_call.xml", "-inf", "alice.csv",
 			"-s", "101", "-auth_uri", fmt.Sprintf("101@127.0.0.1:%d", p.sipPort),
@@ -545,6 +554,13 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 			rate, s.Created, s.OK, s.Failed, fail, s.Retrans, done, window.Round(time.Millisecond), s.Setup.Round(10*time.Microsecond), bucketString(s.SetupP99),
 			percent(pbxCPU.Seconds(), elapsed.Seconds()), float64(pbxCPU.Microseconds())/float64(max(s.Created, 1)),
 			percent(uac.cpu().Seconds(), elapsed.Seconds()), percent(uasCPU.Seconds(), elapsed.Seconds()), sustained)
+		// The collections and the heap show what lingering transactions
+		// cost (see sipcore.CompletedLinger); the disk wait, the records.
+		b.Logf("  %.0f collections, heap in use %.0f MB, %.0f server transactions open",
+			metric("go_gc_duration_seconds_count")-gc0, metric("go_memstats_heap_inuse_bytes")/1e6, metric("pbx_sip_transactions_open"))
+		if !noCDR {
+			b.Logf("  %s", callWaitOf(records).since(wait0))
+		}
 		if s.Failed > 0 {
 			b.Logf("%s failures: %s; pbx warnings: %s", name, sippFailures(filepath.Join(dir, name+".errors.log")), pbxWarnings(p.log.String()[logFrom:]))
 		}

@@ -261,6 +261,12 @@ func (m *Manager) admitInvite(req *sip.Request, tx sip.ServerTransaction) (*Call
 		m.handleReInvite(req, tx)
 		return nil, netip.AddrPort{}, ""
 	}
+	if m.retransmittedInvite(req) {
+		// Its call goes on; nothing answers a retransmission the
+		// transaction would have absorbed (RFC 6026 7.1).
+		tx.Terminate()
+		return nil, netip.AddrPort{}, ""
+	}
 	src := srcOf(req)
 	var caller Caller
 	trusted := false

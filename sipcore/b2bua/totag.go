@@ -98,3 +98,33 @@ func (m *Manager) adoptInitialToTag(req *sip.Request, ds *sipgo.DialogServerSess
 	ds.ID = id
 	return nil
 }
+
+// retransmittedInvite reports whether req, an initial INVITE, is a
+// retransmission of the INVITE of a call still up: the same Call-ID, From
+// tag, CSeq and branch. The INVITE's server transaction absorbs such
+// retransmissions only until sipcore.CompletedLinger after its 2xx (Timer
+// L); one that arrives later (a caller that heard nothing for that long)
+// would otherwise start the call a second time. The call's dialog is
+// found under initialToTag, the tag its 2xx carried.
+func (m *Manager) retransmittedInvite(req *sip.Request) bool {
+	callID, from, via, cseq := req.CallID(), req.From(), req.Via(), req.CSeq()
+	if callID == nil || from == nil || via == nil || cseq == nil {
+		return false
+	}
+	fromTag, _ := from.Params.Get("tag")
+	id := sip.DialogIDMake(string(*callID), initialToTag(req), fromTag)
+	m.mu.Lock()
+	ref, ok := m.dialogs[id]
+	m.mu.Unlock()
+	if !ok || ref.leg != nil {
+		return false
+	}
+	orig := ref.call.invite
+	ov, oc := orig.Via(), orig.CSeq()
+	if ov == nil || oc == nil || oc.SeqNo != cseq.SeqNo {
+		return false
+	}
+	branch, _ := via.Params.Get("branch")
+	origBranch, _ := ov.Params.Get("branch")
+	return branch != "" && branch == origBranch
+}
