@@ -3,6 +3,8 @@ package sipcore
 import (
 	"errors"
 	"net/netip"
+	"sync/atomic"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 )
@@ -12,11 +14,19 @@ import (
 type serverTx struct {
 	sip.ServerTransaction
 	s *Server
+	// answered is when the first 2xx of an INVITE's transaction went out
+	// (Unix nanoseconds, 0 before); nil for other methods.
+	answered *atomic.Int64
 }
+
+// answerWindow is how long after its first 2xx the UAS core retransmits
+// an INVITE's 2xx waiting for the ACK (RFC 3261 13.3.1.4: 64*T1).
+func answerWindow() time.Duration { return 64 * sip.T1 }
 
 func (t serverTx) Respond(res *sip.Response) error {
 	t.s.DecorateResponse(res)
-	if res.StatusCode >= 200 && res.StatusCode < 300 {
+	ok2xx := res.StatusCode >= 200 && res.StatusCode < 300
+	if ok2xx {
 		if stx, ok := t.ServerTransaction.(*sip.ServerTx); ok {
 			if src, err := netip.ParseAddrPort(stx.Origin().Source()); err == nil {
 				t.s.known.add(netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
@@ -24,20 +34,24 @@ func (t serverTx) Respond(res *sip.Response) error {
 		}
 	}
 	err := t.ServerTransaction.Respond(res)
-	if err != nil && errors.Is(err, sip.ErrTransactionTerminated) && res.IsSuccess() && isInviteResponse(res) {
-		// The UAS core retransmits an INVITE's 2xx until the ACK, for up
-		// to 64*T1 (RFC 3261 13.3.1.4); the transaction passes each
-		// retransmission to the transport while it lasts (RFC 6026 7.1)
-		// and has ended CompletedLinger after the first (Timer L, or
-		// at once over TCP): the transport takes it now.
+	if t.answered == nil || !ok2xx {
+		return err
+	}
+	now := time.Now().UnixNano()
+	if err == nil {
+		t.answered.CompareAndSwap(0, now)
+		return nil
+	}
+	// The UAS core (sipgo's dialog) retransmits the 2xx until the ACK and
+	// stops when a retransmission fails. The transaction passes each one
+	// to the transport while it lasts (RFC 6026 7.1), but ends
+	// CompletedLinger after the first (Timer L, 64*T1 in the RFC), or at
+	// once over TCP: the transport takes them for the rest of 64*T1.
+	if first := t.answered.Load(); first != 0 && errors.Is(err, sip.ErrTransactionTerminated) &&
+		time.Duration(now-first) < answerWindow() {
 		return t.s.srv.WriteResponse(res)
 	}
 	return err
-}
-
-func isInviteResponse(res *sip.Response) bool {
-	cseq := res.CSeq()
-	return cseq != nil && cseq.MethodName == sip.INVITE
 }
 
 // WrapTx returns tx decorated so that responses carry the Server header
@@ -50,7 +64,20 @@ func (s *Server) WrapTx(tx sip.ServerTransaction) sip.ServerTransaction {
 	if _, ok := tx.(serverTx); ok {
 		return tx
 	}
-	return serverTx{ServerTransaction: tx, s: s}
+	method := sip.RequestMethod("")
+	if stx, ok := tx.(*sip.ServerTx); ok {
+		method = stx.Origin().Method
+	}
+	return s.wrapTx(tx, method)
+}
+
+// wrapTx wraps tx, a transaction of method.
+func (s *Server) wrapTx(tx sip.ServerTransaction, method sip.RequestMethod) serverTx {
+	st := serverTx{ServerTransaction: tx, s: s}
+	if method == sip.INVITE {
+		st.answered = new(atomic.Int64)
+	}
+	return st
 }
 
 // releasesRequest reports whether the request of a method is released once

@@ -1,7 +1,13 @@
 package sipcore
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/emiago/sipgo/sip"
 )
@@ -69,5 +75,91 @@ func TestHeaderLookupMatchesSipgo(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { Header(res, "Server") }); n != 0 {
 		t.Fatalf("Header allocates %.0f times", n)
+	}
+}
+
+// terminatedTx stands for an INVITE's transaction: Respond returns err.
+type terminatedTx struct {
+	sip.ServerTransaction
+	err error
+}
+
+func (f *terminatedTx) Respond(*sip.Response) error { return f.err }
+
+// TestAnswerRetransmittedPastItsTransaction: once the INVITE's
+// transaction has ended (Timer L, CompletedLinger after the first 2xx),
+// a 2xx retransmission goes to the transport until 64*T1 after the
+// first, and fails after, which ends sipgo's retransmission loop; other
+// responses and other methods' transactions never fall back.
+func TestAnswerRetransmittedPastItsTransaction(t *testing.T) {
+	s, err := New(Options{Listeners: []Listener{{ID: "main", Transport: "udp", BindHost: "127.0.0.1"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; s.Close() })
+	<-s.Ready()
+	peer, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	received := func() bool {
+		_ = peer.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		buf := make([]byte, 4096)
+		n, _, err := peer.ReadFromUDP(buf)
+		return err == nil && strings.HasPrefix(string(buf[:n]), "SIP/2.0 200 OK")
+	}
+	// The caller has spoken to the PBX through the transaction layer (its
+	// INVITE did), so the transport has a connection to answer it on.
+	addr, _ := s.Addr("main")
+	message := fmt.Sprintf("MESSAGE sip:pbx@127.0.0.1 SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP %s;branch=z9hG4bK-opt\r\n"+
+		"From: <sip:alice@127.0.0.1>;tag=a\r\nTo: <sip:pbx@127.0.0.1>\r\n"+
+		"Call-ID: opt@test\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n", peer.LocalAddr())
+	if _, err := peer.WriteToUDPAddrPort([]byte(message), addr); err != nil {
+		t.Fatal(err)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, _, err := peer.ReadFromUDP(make([]byte, 4096)); err != nil {
+		t.Fatalf("no answer to MESSAGE: %v", err)
+	}
+	raw := fmt.Sprintf("INVITE sip:bob@127.0.0.1 SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP %s;branch=z9hG4bK-late\r\n"+
+		"From: <sip:alice@127.0.0.1>;tag=a\r\nTo: <sip:bob@127.0.0.1>\r\n"+
+		"Call-ID: late@test\r\nCSeq: 1 INVITE\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n", peer.LocalAddr())
+	msg, err := sip.NewParser().ParseSIP([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := msg.(*sip.Request)
+	req.SetTransport("UDP")
+	req.SetSource(peer.LocalAddr().String())
+	ok := sip.NewResponseFromRequest(req, sip.StatusOK, "OK", nil)
+
+	inner := &terminatedTx{}
+	tx := s.wrapTx(inner, sip.INVITE)
+	if err := tx.Respond(ok); err != nil || tx.answered.Load() == 0 {
+		t.Fatalf("first 200: %v, answered at %d", err, tx.answered.Load())
+	}
+	inner.err = sip.ErrTransactionTerminated
+	if err := tx.Respond(ok); err != nil {
+		t.Fatalf("200 after the transaction's end: %v", err)
+	}
+	if !received() {
+		t.Fatal("the retransmitted 200 did not reach the caller")
+	}
+	if err := tx.Respond(sip.NewResponseFromRequest(req, sip.StatusBusyHere, "Busy Here", nil)); !errors.Is(err, sip.ErrTransactionTerminated) || received() {
+		t.Fatalf("a 486 after the transaction's end: %v, and sent", err)
+	}
+	tx.answered.Store(time.Now().Add(-answerWindow() - time.Second).UnixNano())
+	if err := tx.Respond(ok); !errors.Is(err, sip.ErrTransactionTerminated) || received() {
+		t.Fatalf("200 past 64*T1: %v, and sent", err)
+	}
+	bye := s.wrapTx(inner, sip.BYE)
+	if err := bye.Respond(ok); !errors.Is(err, sip.ErrTransactionTerminated) || received() {
+		t.Fatalf("a BYE's 200 after its transaction's end: %v, and sent", err)
 	}
 }

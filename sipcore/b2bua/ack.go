@@ -59,12 +59,13 @@ var errNoAck = errors.New("no ack within 64*T1")
 
 // confirmAnswer sends the caller the 2xx answering its INVITE and waits
 // for the ACK. sipgo's dialog retransmits that 2xx, but gives up only when
-// a retransmission finds its INVITE transaction gone (Timer L, then up to
-// T2 more); the wait here stops at the RFC 3261 section 13.3.1.4 timer
-// itself, 64*T1 of the Manager's timers, so a caller that never ACKs (one
+// a retransmission fails, which sipcore makes the first one past 64*T1
+// after the 2xx (the INVITE's transaction ends sooner, and the transport
+// takes the retransmissions then: sipcore.CompletedLinger), up to T2 past
+// it; the wait here stops at the RFC 3261 section 13.3.1.4 timer itself,
+// 64*T1 of the Manager's timers, so a caller that never ACKs (one
 // overloaded) has its call, media ports included, released then. sipgo's
-// goroutine may retransmit until its transaction ends; it holds no media
-// and not the call.
+// goroutine may retransmit until then; it holds no media and not the call.
 func (c *Call) confirmAnswer(body []byte, hdrs []sip.Header) error {
 	ds := c.caller
 	errc := make(chan error, 1)
