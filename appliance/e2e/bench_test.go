@@ -503,8 +503,6 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 	pid := p.cmd.Process.Pid
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/v1/metrics", apiPort)
 	metric := func(prefix string) float64 { return pbxMetric(b, metrics, prefix) }
-	// callWaitOf reads the call record metrics of a system named pbx only.
-	records := &sut{name: "pbx", metric: metric}
 	dir := scenarioDir(b, map[string]string{"bob.csv": credentials("bob"), "alice.csv": credentials("alice")})
 	bobPort := freePort(b)
 	registerUser(b, p, dir, "bob", bobPort)
@@ -532,7 +530,7 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 		cpu0, uasCPU0, t0 := cpuTime(b, pid), cpuTime(b, uas.cmd.Process.Pid), time.Now()
 		gc0, wait0 := metric("go_gc_duration_seconds_count"), callWait{}
 		if !noCDR {
-			wait0 = callWaitOf(records)
+			wait0 = readCallWait(metric)
 		}
 		uac := startSIPpLoad(b, dir, name, step+2*time.Minute,
 			fmt.Sprintf("127.0.0.1:%d", p.sipPort), "-sf", "bench_uac_call.xml", "-inf", "alice.csv",
@@ -559,7 +557,7 @@ func benchCallSetup(b *testing.B, noCDR bool) {
 		b.Logf("  %.0f collections, heap in use %.0f MB, %.0f server transactions open",
 			metric("go_gc_duration_seconds_count")-gc0, metric("go_memstats_heap_inuse_bytes")/1e6, metric("pbx_sip_transactions_open"))
 		if !noCDR {
-			b.Logf("  %s", callWaitOf(records).since(wait0))
+			b.Logf("  %s", readCallWait(metric).since(wait0))
 		}
 		if s.Failed > 0 {
 			b.Logf("%s failures: %s; pbx warnings: %s", name, sippFailures(filepath.Join(dir, name+".errors.log")), pbxWarnings(p.log.String()[logFrom:]))

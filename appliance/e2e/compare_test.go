@@ -539,11 +539,17 @@ func callWaitOf(s *sut) callWait {
 	if s.metric == nil || s.name != "pbx" {
 		return callWait{}
 	}
+	return readCallWait(s.metric)
+}
+
+// readCallWait reads the call wait counters through metric (the sum of
+// the PBX's metric lines starting with a prefix).
+func readCallWait(metric func(prefix string) float64) callWait {
 	m := func(step, suffix string) float64 {
-		return s.metric(`pbx_cdr_call_wait_seconds` + suffix + `{step="` + step + `"`)
+		return metric(`pbx_cdr_call_wait_seconds` + suffix + `{step="` + step + `"`)
 	}
 	le := func(step, bound string) float64 {
-		return s.metric(`pbx_cdr_call_wait_seconds_bucket{step="` + step + `",le="` + bound + `"}`)
+		return metric(`pbx_cdr_call_wait_seconds_bucket{step="` + step + `",le="` + bound + `"}`)
 	}
 	w := callWait{markers: m("marker", "_count"), records: m("record", "_count"),
 		markerSum: m("marker", "_sum"), recordSum: m("record", "_sum")}
